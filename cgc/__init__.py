@@ -1,0 +1,73 @@
+"""cgc: an ahead-of-time compiler and runtime for static graphs of Ray actor method calls.
+
+Public API (names follow Ray's DAG API, so porting is an import change)::
+
+    import cgc
+    from cgc import InputNode, MultiOutputNode
+
+    @cgc.actor(num_cpus=1)
+    class Worker:
+        def fwd(self, x):
+            return x + 1
+
+    w = Worker.bind()
+    with InputNode() as inp:
+        dag = w.fwd.bind(inp)
+    plan = cgc.compile(dag)          # or cgc.load("plan.cgplan")
+    with plan.start() as graph:
+        assert graph.execute(1).get() == 2
+
+Attributes are loaded lazily so that ``import cgc`` (and ``cgc --help``) stay cheap and
+``import cgc.runtime`` never pulls in the compiler.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from cgc.plan_schema.version import CGC_VERSION as __version__
+
+__all__ = [
+    "__version__",
+    "actor",
+    "method",
+    "InputNode",
+    "MultiOutputNode",
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "ReduceOp",
+    "compile",
+    "compile_file",
+    "load",
+    "Plan",
+]
+
+_LAZY = {
+    "actor": "cgc.frontend",
+    "method": "cgc.frontend",
+    "InputNode": "cgc.frontend",
+    "MultiOutputNode": "cgc.frontend",
+    "allreduce": "cgc.frontend",
+    "allgather": "cgc.frontend",
+    "reducescatter": "cgc.frontend",
+    "ReduceOp": "cgc.frontend",
+    "compile": "cgc.api",
+    "compile_file": "cgc.api",
+    "load": "cgc.runtime",
+    "Plan": "cgc.runtime",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cgc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

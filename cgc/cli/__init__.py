@@ -1,0 +1,1 @@
+"""The ``cgc`` command line (click). See ``cgc.cli.main``."""

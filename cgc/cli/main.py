@@ -1,0 +1,95 @@
+"""The ``cgc`` command: one click group, one module per subcommand.
+
+Subcommand modules are imported only when their command runs (``LazyGroup``), so
+``cgc --help`` imports neither Ray nor torch. Every command body calls into the same
+Python API users call; errors are ``CgcError``s that carry their exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from cgc.plan_schema.errors import EXIT_RUNTIME, CgcError
+from cgc.plan_schema.version import CGC_VERSION
+
+__all__ = ["cli", "main"]
+
+# name -> (module, attribute, one-line help shown by `cgc --help`)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "compile": ("cgc.cli.compile_cmd", "compile_cmd", "Compile a model file into a .cgplan."),
+    "inspect": ("cgc.cli.inspect_cmd", "inspect_cmd", "Print a plan as text or JSON."),
+    "check": ("cgc.cli.check_cmd", "check_cmd", "Verify a plan's format, checksum and deadlock-freedom."),
+    "run": ("cgc.cli.run_cmd", "run_cmd", "Run a plan on Ray and report latency."),
+    "viz": ("cgc.cli.viz_cmd", "viz_cmd", "Draw a plan's graph or schedule."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in SUBCOMMANDS if _available(name))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS or not _available(cmd_name):
+            return None
+        module, attr, _ = SUBCOMMANDS[cmd_name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Help text from the table: listing commands must not import them.
+        rows = [(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _available(name: str) -> bool:
+    return importlib.util.find_spec(SUBCOMMANDS[name][0]) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(CGC_VERSION, prog_name="cgc")
+@click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """cgc: compile static graphs of Ray actor calls into verified, portable plans."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run the CLI, turning cgc errors into one line and an exit code."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="cgc", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 130
+    except click.ClickException as exc:  # usage errors: click's own message and code
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except CgcError as exc:
+        if debug:
+            raise
+        click.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        return 130
+    except Exception as exc:  # a bug in cgc: still one line unless --debug
+        if debug:
+            raise
+        click.echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        return EXIT_RUNTIME
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Version numbers of the .cgplan format and of the producer.
+
+FORMAT_MAJOR changes when an older runtime would misread a newer plan (it then refuses the
+file); FORMAT_MINOR changes when fields are added that older runtimes may ignore.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FORMAT_MAJOR", "FORMAT_MINOR", "CGC_VERSION", "PRODUCER", "MAGIC"]
+
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+CGC_VERSION = "0.1.0"
+PRODUCER = f"cgc {CGC_VERSION}"
+# PNG-style magic: the high byte catches 7-bit transfers, the newline catches text-mode ones.
+MAGIC = b"\x89CGPLAN\n"

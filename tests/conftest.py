@@ -1,0 +1,29 @@
+"""Shared fixtures. Tests share one local Ray cluster per session (2 cores: keep actors few)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Logical CPUs for the shared test cluster: actors reserve CPUs, the machine has 2 cores.
+TEST_CLUSTER_CPUS = 16
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """Start (or join) the session's local Ray cluster and return its address info."""
+    import ray
+
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        info = ray.init(
+            num_cpus=TEST_CLUSTER_CPUS,
+            include_dashboard=False,
+            log_to_driver=True,
+            configure_logging=False,
+        )
+    else:
+        info = None
+    yield info
+    ray.shutdown()
