@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.errors import CgcError, EXIT_INVALID_INPUT
+from cgc.plan_schema.errors import EXIT_INVALID_INPUT, CgcError
 
 __all__ = ["ValueEncodeError", "encode_value", "decode_value", "value_to_text"]
 
@@ -29,7 +29,9 @@ class ValueEncodeError(CgcError):
         self.path = path
 
 
-def encode_value(obj: Any, *, allow_pickle: bool = False, path: str = "value") -> tuple[pb.Value, bool]:
+def encode_value(
+    obj: Any, *, allow_pickle: bool = False, path: str = "value"
+) -> tuple[pb.Value, bool]:
     """Encode ``obj``; return ``(value, used_pickle)``.
 
     Example: ``encode_value({"lr": 0.1})[0].map_value.entries[0].key.str_value == "lr"``.
@@ -61,14 +63,17 @@ def _encode(obj: Any, allow_pickle: bool, path: str, used: list[bool]) -> pb.Val
     elif type(obj) is bytes:
         v.bytes_value = obj
     elif type(obj) is list:
+        v.list_value.SetInParent()  # an empty list must still select the oneof
         v.list_value.items.extend(
             _encode(x, allow_pickle, f"{path}[{i}]", used) for i, x in enumerate(obj)
         )
     elif type(obj) is tuple:
+        v.tuple_value.SetInParent()
         v.tuple_value.items.extend(
             _encode(x, allow_pickle, f"{path}[{i}]", used) for i, x in enumerate(obj)
         )
     elif type(obj) is dict:
+        v.map_value.SetInParent()
         for k, x in obj.items():
             entry = v.map_value.entries.add()
             entry.key.CopyFrom(_encode(k, allow_pickle, f"{path} key {k!r}", used))
@@ -81,7 +86,9 @@ def _encode(obj: Any, allow_pickle: bool, path: str, used: list[bool]) -> pb.Val
         try:
             v.pickled = pickle.dumps(obj, protocol=5)
         except Exception as exc:  # pickling runs arbitrary code: report, don't crash
-            raise ValueEncodeError(f"{path}: cannot pickle {type(obj).__name__}: {exc}", path)
+            raise ValueEncodeError(
+                f"{path}: cannot pickle {type(obj).__name__}: {exc}", path
+            ) from None
         used[0] = True
     else:
         raise ValueEncodeError(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
 import click
 
@@ -22,7 +21,11 @@ __all__ = ["cli", "main"]
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "compile": ("cgc.cli.compile_cmd", "compile_cmd", "Compile a model file into a .cgplan."),
     "inspect": ("cgc.cli.inspect_cmd", "inspect_cmd", "Print a plan as text or JSON."),
-    "check": ("cgc.cli.check_cmd", "check_cmd", "Verify a plan's format, checksum and deadlock-freedom."),
+    "check": (
+        "cgc.cli.check_cmd",
+        "check_cmd",
+        "Verify a plan's format, checksum and deadlock-freedom.",
+    ),
     "run": ("cgc.cli.run_cmd", "run_cmd", "Run a plan on Ray and report latency."),
     "viz": ("cgc.cli.viz_cmd", "viz_cmd", "Draw a plan's graph or schedule."),
 }
@@ -86,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug in cgc: still one line unless --debug
         if debug:
             raise
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        click.echo(
+            f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            err=True,
+        )
         return EXIT_RUNTIME
     return 0
 

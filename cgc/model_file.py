@@ -1,0 +1,151 @@
+"""Loading a model file and finding its graph and example inputs.
+
+A model file is a Python file that builds a DAG. ``cgc compile model.py`` imports it and
+takes the graph from ``build_dag()``; ``model.py:ATTR`` names another function or a DAG
+node. If it defines ``example_inputs()``, that returns one execution's positional arguments.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from cgc.errors import CompileError
+
+__all__ = ["ModelFile", "load_model_file", "split_target", "module_name_for"]
+
+DEFAULT_ATTR = "build_dag"
+
+
+@dataclass
+class ModelFile:
+    """A loaded model file: its path, module, and the attribute naming the graph."""
+
+    path: Path
+    module: ModuleType
+    attr: str
+
+
+def split_target(target: str) -> tuple[Path, str | None]:
+    """Split ``FILE[:ATTR]`` into the path and the attribute (None when absent).
+
+    Example: ``split_target("models/m.py:make")`` → ``(Path("models/m.py"), "make")``.
+    """
+    path, sep, attr = target.rpartition(":")
+    if sep and path and attr.isidentifier():
+        return Path(path), attr
+    return Path(target), None
+
+
+def module_name_for(path: Path) -> str:
+    """The module name a model file is loaded under, here and on the actors.
+
+    Prefixed so that a model called ``queue.py`` never shadows the standard library
+    inside an actor process that loads its embedded source.
+    """
+    stem = re.sub(r"\W", "_", path.stem)
+    return f"cgcmodel_{stem}"
+
+
+def load_model_file(path: Path, attr: str | None = None) -> ModelFile:
+    """Import a model file as a fresh module.
+
+    Raises:
+        CompileError: the file is missing, is not Python, or raises while importing.
+    """
+    if not path.is_file():
+        raise CompileError(f"{path}: no such model file")
+    if path.suffix != ".py":
+        raise CompileError(f"{path}: a model file must be a Python file (.py)")
+    name = module_name_for(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CompileError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    folder = str(path.resolve().parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)  # let the model import its sibling modules
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        raise CompileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise CompileError(
+            f"{user_frame(exc, path)}: importing the model file raised {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        if added:
+            sys.path.remove(folder)
+    return ModelFile(path=path, module=module, attr=attr or DEFAULT_ATTR)
+
+
+def user_frame(exc: BaseException, path: Path) -> str:
+    """``file:line`` of the deepest traceback frame inside the model file, else the file."""
+    where = str(path)
+    target = str(path.resolve())
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if str(Path(frame.filename).resolve()) == target:
+            where = f"{path}:{frame.lineno}"
+    return where
+
+
+def graph_output(model: ModelFile) -> Any:
+    """Call (or fetch) the model's graph attribute and return the DAG output node.
+
+    Raises:
+        CompileError: the attribute is missing, or calling it raises.
+    """
+    obj = getattr(model.module, model.attr, None)
+    if obj is None:
+        hint = f"; name the graph with {model.path}:ATTR" if model.attr == DEFAULT_ATTR else ""
+        raise CompileError(f"{model.path} defines no {model.attr}(){hint}")
+    if not callable(obj) or _is_dag_node(obj):
+        return obj
+    try:
+        return obj()
+    except CompileError:
+        raise
+    except Exception as exc:
+        raise CompileError(
+            f"{user_frame(exc, model.path)}: {model.attr}() raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def example_inputs(model: ModelFile) -> tuple[Any, ...] | None:
+    """The model's ``example_inputs()`` as a tuple, or None when it defines none.
+
+    Raises:
+        CompileError: it raises, or does not return a tuple.
+    """
+    fn = getattr(model.module, "example_inputs", None)
+    if fn is None:
+        return None
+    try:
+        value = fn()
+    except Exception as exc:
+        raise CompileError(
+            f"{user_frame(exc, model.path)}: example_inputs() raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(value, tuple):
+        raise CompileError(
+            f"{model.path}: example_inputs() must return a tuple of one execution's positional "
+            f"arguments, got {type(value).__name__} (write `return (x,)` for one argument)"
+        )
+    return value
+
+
+def _is_dag_node(obj: Any) -> bool:
+    # Ray's DAG nodes and cgc's nodes are callable-free objects, but be explicit: a node
+    # is never called to produce the graph.
+    mod = type(obj).__module__
+    return mod.startswith("cgc.frontend") or mod.startswith("ray.dag")
