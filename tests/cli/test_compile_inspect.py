@@ -1,0 +1,152 @@
+"""`cgc compile` and `cgc inspect` as a user runs them: every example, determinism across
+fresh processes, and one clear line (no traceback) with a distinct exit code for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cgc.plan_schema.errors import EXIT_INVALID_INPUT, EXIT_INVALID_PLAN, EXIT_USAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+
+
+def cgc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a fresh process, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "cgc.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONHASHSEED": "random"},
+        timeout=120,
+    )
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_compiles_deterministically_and_inspects(example, tmp_path):
+    first, second = tmp_path / "a.cgplan", tmp_path / "b.cgplan"
+    for out in (first, second):  # two fresh processes
+        proc = cgc("compile", str(ROOT / "examples" / example), "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert "compiled" in proc.stdout and "actors" in proc.stdout
+    assert first.read_bytes() == second.read_bytes()
+    text = cgc("inspect", str(first))
+    assert text.returncode == 0, text.stderr
+    assert "format 1." in text.stdout
+    as_json = cgc("inspect", str(first), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["name"] == Path(example).stem and doc["graph"]["actors"]
+
+
+def test_compile_attr_selects_function(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(
+        textwrap.dedent("""
+        import cgc
+        from cgc import InputNode
+
+        @cgc.actor
+        class W:
+            def f(self, x):
+                return x
+
+        def make():
+            w = W.bind()
+            with InputNode() as inp:
+                return w.f.bind(inp)
+    """)
+    )
+    proc = cgc("compile", f"{model}:make", "-o", str(tmp_path / "m.cgplan"))
+    assert proc.returncode == 0, proc.stderr
+    missing = cgc("compile", str(model), "-o", str(tmp_path / "m.cgplan"))
+    assert_clean_error(missing, EXIT_INVALID_INPUT, "defines no build_dag()", "model.py:ATTR")
+
+
+def test_compile_errors_name_the_culprit(tmp_path):
+    model = tmp_path / "bad.py"
+    model.write_text(
+        textwrap.dedent("""
+        import cgc
+        from cgc import InputNode
+
+        @cgc.actor
+        class Worker:
+            def fwd(self, x):
+                return x
+
+        def build_dag():
+            w = Worker.bind()
+            with InputNode() as inp:
+                return w.fwd.bind(inp, 2)
+    """)
+    )
+    proc = cgc("compile", str(model), "-o", str(tmp_path / "b.cgplan"))
+    assert_clean_error(proc, EXIT_INVALID_INPUT, "Worker.fwd", "bad.py:13")
+
+
+def test_model_that_raises_names_its_line(tmp_path):
+    model = tmp_path / "boom.py"
+    model.write_text("def build_dag():\n    raise RuntimeError('no graph today')\n")
+    proc = cgc("compile", str(model), "-o", str(tmp_path / "b.cgplan"))
+    assert_clean_error(proc, EXIT_INVALID_INPUT, "boom.py:2", "no graph today")
+
+
+def test_missing_model_file(tmp_path):
+    proc = cgc("compile", str(tmp_path / "nope.py"), "-o", str(tmp_path / "x.cgplan"))
+    assert_clean_error(proc, EXIT_INVALID_INPUT, "no such model file")
+
+
+def test_usage_error_exit_code():
+    proc = cgc("compile")
+    assert proc.returncode == EXIT_USAGE
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def echo_plan(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plans") / "echo.cgplan"
+    proc = cgc("compile", str(ROOT / "examples" / "echo.py"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_inspect_foreign_file(tmp_path):
+    foreign = tmp_path / "model.cgplan"
+    foreign.write_text("this is not a plan\n")
+    assert_clean_error(cgc("inspect", str(foreign)), EXIT_INVALID_PLAN, "not a cgc plan file")
+
+
+def test_inspect_truncated(echo_plan, tmp_path):
+    cut = tmp_path / "cut.cgplan"
+    cut.write_bytes(echo_plan.read_bytes()[:-10])
+    assert_clean_error(cgc("inspect", str(cut)), EXIT_INVALID_PLAN, "truncated")
+
+
+def test_inspect_corrupted(echo_plan, tmp_path):
+    data = bytearray(echo_plan.read_bytes())
+    data[len(data) // 2 + 20] ^= 0x55
+    bad = tmp_path / "bad.cgplan"
+    bad.write_bytes(bytes(data))
+    assert_clean_error(cgc("inspect", str(bad)), EXIT_INVALID_PLAN, "corrupted")
+
+
+def test_inspect_missing_file(tmp_path):
+    assert_clean_error(
+        cgc("inspect", str(tmp_path / "none.cgplan")), EXIT_INVALID_PLAN, "cannot read"
+    )
