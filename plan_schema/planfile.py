@@ -12,10 +12,11 @@ import os
 import struct
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import PlanFormatError, UntrustedPlanError
 from cgc.plan_schema.version import FORMAT_MAJOR, FORMAT_MINOR, MAGIC, PRODUCER
-from google.protobuf.message import DecodeError
 
 __all__ = ["write_plan_bytes", "read_plan_bytes", "write_plan", "read_plan", "read_header"]
 
