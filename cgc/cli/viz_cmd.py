@@ -1,0 +1,37 @@
+"""``cgc viz PLAN [-o FILE] [--schedule | --ascii]``: draw a plan, offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["viz_cmd"]
+
+
+@click.command("viz")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Picture to write; its suffix picks the format (png, svg, pdf, dot) "
+    "[default: the plan's name with .png, beside the plan].",
+)
+@click.option("--schedule", is_flag=True, help="Draw the per-actor schedule instead of the graph.")
+@click.option(
+    "--ascii", "as_ascii", is_flag=True, help="Print a terminal view instead of a picture."
+)
+def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool) -> None:
+    """Draw a plan: its graph (actors, transports) or its schedule (ops per actor)."""
+    from cgc import viz
+    from cgc.plan_schema.planfile import read_plan
+
+    plan = read_plan(plan_path, trust=True)  # drawing never runs the plan's code
+    if as_ascii:
+        click.echo(viz.ascii_view(plan), nl=False)
+        return
+    source = viz.schedule_dot(plan) if schedule else viz.graph_dot(plan)
+    suffix = ".schedule.png" if schedule else ".png"
+    out = output or plan_path.with_name(plan_path.stem + suffix)
+    click.echo(str(viz.render(source, out)))
