@@ -1,1 +1,66 @@
-"""(filled in by its owner)."""
+"""The compiler's back half: lower a traced ``pb.Graph`` into verified per-actor programs.
+
+``PIPELINE`` is the ordered list of passes; each is a plain function over ``LowerState``
+with its pre- and postcondition checked around it. ``lower`` runs them all.
+
+Example::
+
+    from cgc.passes import lower, LowerOptions
+    plan = lower(plan)                       # plan.graph filled by the frontend
+    plan.lowered.programs[0].ops             # what actor 0 replays per execution
+"""
+
+from __future__ import annotations
+
+from cgc.ir.graph import build_graph
+from cgc.passes import (
+    capacity,
+    channels,
+    communicators,
+    config,
+    overlap,
+    schedule,
+    transports,
+    verified,
+)
+from cgc.passes.state import LowerOptions, LowerState, Pass, PassInvariantError
+from cgc.plan_schema import plan_pb2 as pb
+
+__all__ = ["lower", "LowerOptions", "LowerState", "Pass", "PassInvariantError", "PIPELINE"]
+
+PIPELINE: list[Pass] = [
+    Pass("transports", transports.assign_transports, transports.pre, transports.post),
+    Pass("channels", channels.build_channels, channels.pre, channels.post),
+    Pass("communicators", communicators.build_communicators, communicators.pre, communicators.post),
+    Pass("schedule", schedule.schedule, schedule.pre, schedule.post),
+    Pass("capacity", capacity.assign_capacity, capacity.pre, capacity.post),
+    Pass("config", config.fill_config, config.pre, config.post),
+    Pass("overlap", overlap.overlap, overlap.pre, overlap.post),
+    Pass("verify", verified.verify, verified.pre, verified.post),
+]
+
+
+def lower(plan: pb.Plan, options: LowerOptions | None = None) -> pb.Plan:
+    """Fill ``plan.lowered`` and ``plan.config`` from ``plan.graph``; return ``plan``.
+
+    Any earlier ``lowered``/``config`` is replaced. The result is verified (the verifier
+    steps more executions than the capacity) before it is returned.
+
+    Example: ``lower(plan, LowerOptions(overlap=False, costs={"w1.fwd": 500}))``.
+
+    Raises:
+        cgc.errors.CompileError: the graph cannot be lowered (a transport hint that cannot
+            hold, a collective on one actor, bind orders that contradict the data flow).
+        cgc.verify.VerifyError: the lowered programs fail verification (a compiler bug).
+        PassInvariantError: a pass broke its own postcondition (a compiler bug).
+    """
+    options = options or LowerOptions()
+    plan.ClearField("lowered")
+    plan.ClearField("config")
+    state = LowerState(plan=plan, options=options)
+    state.g = build_graph(plan.graph)
+    for p in PIPELINE:
+        p.pre(state)
+        p.run(state)
+        p.post(state)
+    return plan

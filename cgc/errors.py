@@ -1,0 +1,48 @@
+"""Compile-time errors of the cgc compiler.
+
+``CompileError`` is what the frontend (and the passes) raise for a model that cannot be
+compiled. It exits the CLI with ``EXIT_INVALID_INPUT`` (3) and its message always names
+the culprit: the node (``w1.fwd#2``), the actor class and method (``Worker.fwd``) and the
+user's source line (``model.py:14``), then says how to fix it.
+"""
+
+from __future__ import annotations
+
+from cgc.plan_schema.errors import EXIT_INVALID_INPUT, CgcError
+
+__all__ = ["CompileError"]
+
+
+class CompileError(CgcError):
+    """The model or graph is invalid; the message names the node, class.method and line.
+
+    Example::
+
+        raise CompileError(
+            "model.py:14: w1.fwd#2 (Worker.fwd): fwd() takes 1 argument but 2 were bound",
+            node="w1.fwd#2", actor="w1", method="fwd", loc="model.py:14",
+        )
+
+    Attributes:
+        node: the node's name (``"w1.fwd#2"``), or ``""`` when the error is not about one.
+        actor: the actor's name in the graph (``"w1"``), or ``""``.
+        method: the method name (``"fwd"``), or ``""``.
+        loc: ``"file:line"`` of the user's code the error is about, or ``""``.
+    """
+
+    exit_code = EXIT_INVALID_INPUT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node: str = "",
+        actor: str = "",
+        method: str = "",
+        loc: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.node = node
+        self.actor = actor
+        self.method = method
+        self.loc = loc

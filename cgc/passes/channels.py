@@ -1,0 +1,118 @@
+"""Pass ``channels``: one channel per node output and transport kind, plus the edge table.
+
+A node output read over host memory by any other endpoint gets one CHAN_HOST channel whose
+readers are all of them (``"@driver"`` included); one read over NCCL gets one CHAN_NCCL
+channel whose readers are the NCCL readers. Ids start at 1 and follow (node id, output
+index, host before nccl). ``input_channels`` lists the channels of INPUT/INPUT_ATTR nodes
+in node order; ``output_channels[i]`` is the channel of OUTPUT arg ``i``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cgc.ir import attrs as A
+from cgc.passes.state import LowerState, require
+from cgc.plan_schema import DRIVER
+from cgc.plan_schema import plan_pb2 as pb
+
+__all__ = ["build_channels", "pre", "post", "DEFAULT_SLOT_BYTES"]
+
+_NAME = "channels"
+DEFAULT_SLOT_BYTES = 1 << 20
+_DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+}
+
+
+def _slot_bytes(hint: pb.TransportHint | None) -> int:
+    """Bytes of a declared static tensor plus room for its header, else the default."""
+    if hint is None or not hint.spec.dtype or not hint.spec.shape:
+        return DEFAULT_SLOT_BYTES
+    size = _DTYPE_BYTES.get(hint.spec.dtype.replace("torch.", ""))
+    if size is None or any(d < 0 for d in hint.spec.shape):
+        return DEFAULT_SLOT_BYTES
+    return max(4096, math.prod(hint.spec.shape) * size + 4096)
+
+
+def build_channels(state: LowerState) -> None:
+    """Fill ``lowered.channels``, ``edges``, ``input_channels`` and ``output_channels``.
+
+    Example: for ``inp -> a.f -> b.g -> output``: channels 1 (@driver -> a), 2 (a -> b),
+    3 (b -> @driver); ``input_channels == [1]``, ``output_channels == [3]``.
+    """
+    g, low = state.g, state.lowered
+    graph = g.graph[A.GRAPH]
+    for src in sorted(g.nodes):
+        writer = g.nodes[src][A.ACTOR]
+        by_out: dict[int, list[tuple[int, dict]]] = {}
+        for _, dst, key, data in g.out_edges(src, keys=True, data=True):
+            by_out.setdefault(key, []).append((dst, data))
+        for out in sorted(by_out):
+            edges = sorted(by_out[out], key=lambda e: e[0])
+            for kind, transports in (("host", (pb.HOST, pb.DEVICE_COPY)), ("nccl", (pb.NCCL,))):
+                mine = [(dst, d) for dst, d in edges if d[A.TRANSPORT] in transports]
+                if not mine:
+                    continue
+                hint = mine[0][1][A.HINT]
+                ch = low.channels.add(
+                    id=len(low.channels) + 1,
+                    kind=pb.CHAN_HOST if kind == "host" else pb.CHAN_NCCL,
+                    writer=writer,
+                    readers=sorted({g.nodes[dst][A.ACTOR] for dst, _ in mine}),
+                    source=pb.NodeRef(node=src, output_index=out),
+                    slots=1,
+                    slot_bytes=_slot_bytes(hint),
+                    device=mine[0][1][A.DEVICE],
+                    reason="; ".join(sorted({d[A.REASON] for _, d in mine})),
+                )
+                if hint is not None:
+                    ch.spec.CopyFrom(hint.spec)
+                    ch.static_shape = hint.static_shape
+                    ch.direct_return = hint.direct_return
+                state.channel_of[(src, out, kind)] = ch.id
+                for _, d in mine:
+                    d[A.CHANNEL] = ch.id
+    for src, dst, key in sorted(g.edges(keys=True)):
+        d = g.edges[src, dst, key]
+        d.setdefault(A.CHANNEL, 0)
+        low.edges.add(
+            source=pb.NodeRef(node=src, output_index=key),
+            target=dst,
+            transport=d[A.TRANSPORT],
+            reason=d[A.REASON],
+            channel=d[A.CHANNEL],
+        )
+    for node in graph.nodes:
+        if node.kind in (pb.INPUT, pb.INPUT_ATTR) and (node.id, 0, "host") in state.channel_of:
+            low.input_channels.append(state.channel_of[(node.id, 0, "host")])
+        if node.kind == pb.OUTPUT:
+            for arg in node.args:
+                low.output_channels.append(
+                    state.channel_of[(arg.ref.node, arg.ref.output_index, "host")]
+                )
+
+
+def pre(state: LowerState) -> None:
+    require(len(state.lowered.channels) == 0, _NAME, "channels already built")
+
+
+def post(state: LowerState) -> None:
+    low = state.lowered
+    for i, ch in enumerate(low.channels):
+        require(ch.id == i + 1, _NAME, f"channel ids not dense at {ch.id}")
+        require(list(ch.readers) == sorted(set(ch.readers)), _NAME, f"c{ch.id} readers unsorted")
+        require(ch.writer not in ch.readers or ch.writer == DRIVER, _NAME, f"c{ch.id} reads itself")
+    for cid in list(low.input_channels) + list(low.output_channels):
+        require(1 <= cid <= len(low.channels), _NAME, f"driver channel {cid} missing")
