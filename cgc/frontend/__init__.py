@@ -1,1 +1,66 @@
-"""(filled in by its owner)."""
+"""cgc's frontend: the builder API (named like Ray's DAG API), the Ray DAG adapter and
+``trace()``, which turns either into a checked, deterministic ``pb.Graph``.
+
+Example::
+
+    import cgc
+    from cgc.frontend import InputNode, trace
+
+    @cgc.actor
+    class Worker:
+        def fwd(self, x):
+            return x + 1
+
+    w = Worker.bind()
+    with InputNode() as inp:
+        dag = w.fwd.bind(inp)
+    graph = trace(dag).graph
+
+Ray's own objects (``ray.dag.InputNode``, ``@ray.remote`` classes' ``.bind()``) are traced
+the same way; ``record_ray_bind_sites()`` notes their source lines while a model is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cgc.frontend.actors import ActorClass, LazyActor, actor, method
+from cgc.frontend.collectives import ReduceOp, allgather, allreduce, reducescatter
+from cgc.frontend.nodes import (
+    CallNode,
+    DAGNode,
+    InputAttributeNode,
+    InputNode,
+    MultiOutputNode,
+    OutputRef,
+)
+from cgc.frontend.tracer import TraceResult, trace
+
+__all__ = [
+    "actor",
+    "method",
+    "InputNode",
+    "MultiOutputNode",
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "ReduceOp",
+    "trace",
+    "TraceResult",
+    "record_ray_bind_sites",
+    "ActorClass",
+    "LazyActor",
+    "DAGNode",
+    "CallNode",
+    "OutputRef",
+    "InputAttributeNode",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The Ray adapter imports Ray; load it only when asked for.
+    if name == "record_ray_bind_sites":
+        from cgc.frontend.ray_sites import record_ray_bind_sites
+
+        return record_ray_bind_sites
+    raise AttributeError(f"module 'cgc.frontend' has no attribute {name!r}")

@@ -1,0 +1,147 @@
+"""Encoding actors into ``pb.Actor``: class reference (with embedded model source), options.
+
+A class defined in the model file itself is not importable on the actors' machines, so
+its module's whole source travels in the plan (``ClassRef.embedded_source``) and the
+runtime loads it under ``ClassRef.module``. Classes of ``__main__`` go the same way under
+the module name ``"__cgc_main__"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from types import ModuleType
+from typing import Any
+
+from cgc.plan_schema import plan_pb2 as pb
+
+__all__ = ["MAIN_MODULE", "class_ref", "options_proto", "derive_names"]
+
+MAIN_MODULE = "__cgc_main__"
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def class_ref(
+    module: str,
+    qualname: str,
+    *,
+    model_file: str | os.PathLike[str] | None,
+    model_module: ModuleType | None,
+) -> tuple[pb.ClassRef, str | None]:
+    """The ClassRef of a class, and a problem text when it cannot be re-imported.
+
+    Example: a class ``Worker`` in the model module gets ``embedded_source`` = the file.
+
+    Raises:
+        OSError: the model file cannot be read.
+    """
+    ref = pb.ClassRef(module=module, qualname=qualname)
+    if "<locals>" in qualname:
+        return ref, (f"class {qualname} is defined inside a function, so the actors cannot "
+                     "import it; define it at module level")
+    source_path: str | None = None
+    in_model = model_module is not None and module == model_module.__name__
+    if not in_model and model_file is not None:
+        mod = sys.modules.get(module)
+        mod_file = getattr(mod, "__file__", None)
+        in_model = bool(mod_file) and os.path.abspath(mod_file) == os.path.abspath(model_file)
+    if in_model:
+        source_path = os.fspath(model_file) if model_file is not None else getattr(
+            model_module, "__file__", None)
+    elif module == "__main__":
+        ref.module = MAIN_MODULE
+        source_path = getattr(sys.modules.get("__main__"), "__file__", None)
+        if not source_path:
+            return ref, (f"class {qualname} is defined in an interactive session; put it in "
+                         "a file so the actors can load it")
+    if source_path:
+        ref.embedded_source = _read(source_path)
+        ref.source_file = os.path.basename(source_path)
+    return ref, None
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def options_proto(options: dict[str, Any]) -> tuple[pb.ActorOptions, str | None]:
+    """Encode actor options; returns (options, problem text or None).
+
+    Example: ``options_proto({"num_gpus": 1})[0].num_gpus == 1.0``.
+
+    Raises:
+        Nothing; bad values come back as the problem text.
+    """
+    out = pb.ActorOptions()
+    try:
+        for key in ("num_cpus", "num_gpus", "memory"):
+            if options.get(key) is not None:
+                setattr(out, key, float(options[key]))
+        resources = options.get("resources") or {}
+        for name in sorted(resources):
+            out.resources.add(name=str(name), amount=float(resources[name]))
+        env = options.get("runtime_env")
+        if env:
+            out.runtime_env_json = _canonical_json(dict(env))
+        if options.get("max_concurrency") is not None:
+            out.max_concurrency = int(options["max_concurrency"])
+        out.actor_name = options.get("name") or ""
+        out.namespace = options.get("namespace") or ""
+    except (TypeError, ValueError) as exc:
+        return out, f"actor options cannot be stored in a plan: {exc}"
+    return out, None
+
+
+def _snake(name: str) -> str:
+    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s)
+    s = re.sub(r"\W", "_", s).strip("_").lower()
+    return s if s and not s[0].isdigit() else f"a_{s}"
+
+
+def _ident(name: str) -> str:
+    s = re.sub(r"\W", "_", name)
+    return s if s and not s[0].isdigit() else f"a_{s}"
+
+
+def derive_names(actors: list[tuple[str, str]]) -> list[str]:
+    """Stable unique identifier names for actors given as (user name or "", class name).
+
+    User names are kept (made identifiers); others are the class name in snake case, with
+    an index when the class has several actors: ``worker0``, ``worker1``.
+
+    Example: ``derive_names([("", "Worker"), ("", "Worker")]) == ["worker0", "worker1"]``.
+
+    Raises:
+        Nothing.
+    """
+    taken = {_ident(u) for u, _ in actors if u}
+    bases = [_snake(c) for _, c in actors]
+    counts: dict[str, int] = {}
+    for (user, _), base in zip(actors, bases, strict=False):
+        if not user:
+            counts[base] = counts.get(base, 0) + 1
+    next_index: dict[str, int] = {}
+    names = []
+    for (user, _), base in zip(actors, bases, strict=False):
+        if user:
+            names.append(_ident(user))
+            continue
+        if counts[base] == 1 and base not in taken:
+            names.append(base)
+            taken.add(base)
+            continue
+        sep = "_" if base[-1].isdigit() else ""
+        i = next_index.get(base, 0)
+        while f"{base}{sep}{i}" in taken:
+            i += 1
+        next_index[base] = i + 1
+        names.append(f"{base}{sep}{i}")
+        taken.add(names[-1])
+    return names

@@ -1,0 +1,187 @@
+"""Per-node checks of a traced graph: signatures, unknown methods, constants, hints.
+
+Each check gets a ``Reporter`` that knows the final node and actor names and renders the
+user's source line, so every message reads
+``model.py:14: w1.fwd#2 (Worker.fwd): <what is wrong>; <how to fix it>``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Protocol
+
+from cgc.errors import CompileError
+from cgc.frontend.locations import RawLoc
+from cgc.frontend.nodes import DAGNode, HintSpec
+from cgc.plan_schema import plan_pb2 as pb
+
+__all__ = ["Reporter", "check_method", "check_ctor", "hint_to_proto", "method_names"]
+
+
+class Reporter(Protocol):
+    def fail(self, node: Any, problem: str, fix: str, loc: RawLoc | None = None) -> CompileError: ...
+
+    def fail_actor(self, actor: Any, problem: str, fix: str) -> CompileError: ...
+
+
+def method_names(cls: type) -> list[str]:
+    """Public callable attributes of ``cls`` (the methods a graph may bind)."""
+    names = []
+    for name in dir(cls):
+        if name.startswith("__"):
+            continue
+        if callable(inspect.getattr_static(cls, name, None)) or isinstance(
+            inspect.getattr_static(cls, name, None), (staticmethod, classmethod)
+        ):
+            names.append(name)
+    return sorted(names)
+
+
+def _signature(cls: type, name: str) -> inspect.Signature | None:
+    """The method's signature as callers see it (no ``self``), or None if unknown."""
+    raw = inspect.getattr_static(cls, name, None)
+    func = getattr(cls, name, None)
+    if func is None:
+        return None
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None  # builtins and C extensions: nothing to check against
+    params = list(sig.parameters.values())
+    if not isinstance(raw, (staticmethod, classmethod)) and params:
+        params = params[1:]  # drop self: the function was looked up on the class
+    # Ray's tracing wrapper adds this keyword; users never pass it.
+    params = [p for p in params if p.name != "_ray_trace_ctx"]
+    return sig.replace(parameters=params)
+
+
+def _bind_error(sig: inspect.Signature, name: str, args: tuple, kwargs: dict) -> str | None:
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        positional = [
+            p for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        takes = f"{len(positional)} positional argument{'s' if len(positional) != 1 else ''}"
+        given = f"{len(args)} positional"
+        if kwargs:
+            given += f" and keyword(s) {', '.join(sorted(kwargs))}"
+        return f"{name}() takes {takes} but {given} were bound: {exc}"
+    return None
+
+
+def check_method(rep: Reporter, node: Any, cls: type | None) -> None:
+    """Unknown method (with a suggestion) and arguments that do not fit its signature.
+
+    Raises:
+        CompileError: the method does not exist on the class, or the bound arguments do
+            not bind to ``inspect.signature(method)`` (without ``self``).
+    """
+    if cls is None:
+        return  # a live handle whose class cannot be imported: nothing to check against
+    name = node.method
+    if not callable(getattr(cls, name, None)):
+        close = difflib.get_close_matches(name, method_names(cls), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else (
+            f"{cls.__name__} has methods {', '.join(method_names(cls)) or '(none)'}")
+        raise rep.fail(node, f"{cls.__name__} has no method {name!r}", hint)
+    sig = _signature(cls, name)
+    if sig is None:
+        return
+    problem = _bind_error(sig, name, node.args, node.kwargs)
+    if problem:
+        raise rep.fail(node, problem, f"bind arguments that match def {name}{sig}")
+
+
+def check_ctor(rep: Reporter, actor: Any) -> None:
+    """The constructor arguments of ``actor`` fit ``__init__``; no nodes among them.
+
+    Raises:
+        CompileError: a node among the constructor arguments, or arguments that do not bind.
+    """
+    from cgc.frontend.nodes import iter_nodes
+
+    if any(True for _ in iter_nodes((actor.ctor_args, actor.ctor_kwargs))):
+        raise rep.fail_actor(
+            actor,
+            "a graph node is passed to the actor's constructor, which runs once, before "
+            "any input exists",
+            "pass constants to Cls.bind(...) and graph values to method .bind(...) calls",
+        )
+    cls = actor.cls
+    if cls is None or actor.external is not None:
+        return
+    if cls.__init__ is object.__init__:
+        sig = inspect.Signature([])
+    else:
+        sig = _signature(cls, "__init__")
+    if sig is None:
+        return
+    problem = _bind_error(sig, "__init__", actor.ctor_args, actor.ctor_kwargs)
+    if problem:
+        raise rep.fail_actor(actor, problem, f"give {cls.__name__}.bind(...) arguments that "
+                             f"match def __init__{sig}")
+
+
+_TRANSPORTS = {
+    "auto": pb.AUTO,
+    "nccl": pb.NCCL,
+    "accelerator": pb.NCCL,
+    "shm": pb.HOST,
+    "host": pb.HOST,
+}
+_DEVICES = {"default": pb.DEVICE_DEFAULT, "cpu": pb.CPU, "gpu": pb.GPU, "cuda": pb.GPU}
+
+
+def hint_to_proto(
+    rep: Reporter,
+    node: Any,
+    hint: HintSpec,
+    *,
+    is_input: bool,
+    num_values: int,
+    loc_proto: pb.SourceLoc,
+) -> pb.TransportHint:
+    """Validate one hint (what can be decided without placement) and encode it.
+
+    Raises:
+        CompileError: an unknown transport or device, NCCL on an input (the driver never
+            joins a communicator), NCCL to ``device="cpu"``, or ``direct_return`` on a
+            value that is not a single tensor (a multi-return node as a whole).
+    """
+    transport = hint.transport
+    if isinstance(transport, str):
+        transport = transport.lower()
+    if transport not in _TRANSPORTS:
+        raise rep.fail(node, f"unknown tensor transport {hint.transport!r}",
+                       "use 'auto', 'nccl', 'shm' or 'host' (communicator objects cannot be "
+                       "stored in a plan)", hint.loc)
+    device = hint.device.value if hasattr(hint.device, "value") else hint.device
+    if isinstance(device, str):
+        device = device.lower()
+    if device not in _DEVICES:
+        raise rep.fail(node, f"unknown device {hint.device!r}",
+                       "use 'default', 'cpu', 'gpu' or 'cuda'", hint.loc)
+    t, d = _TRANSPORTS[transport], _DEVICES[device]
+    if t == pb.NCCL and is_input:
+        raise rep.fail(node, "an input cannot be sent over NCCL: the driver never joins a "
+                       "communicator", "drop the hint or use transport='auto' (host memory, "
+                       "then device='gpu' to move it to the GPU)", hint.loc)
+    if t == pb.NCCL and d == pb.CPU:
+        raise rep.fail(node, "NCCL transport with device='cpu' cannot hold: NCCL delivers on "
+                       "the GPU", "use transport='shm' for CPU delivery, or device='default'",
+                       hint.loc)
+    if hint.direct_return and num_values > 1:
+        raise rep.fail(node, f"direct_return needs the value to be exactly one tensor, but "
+                       f"this node returns {num_values} values", "put the hint on one output "
+                       "(node[i].with_tensor_transport(...)) or drop _direct_return", hint.loc)
+    out = pb.TransportHint(transport=t, device=d, static_shape=hint.static_shape,
+                           direct_return=hint.direct_return)
+    out.loc.CopyFrom(loc_proto)
+    return out
+
+
+def is_node(value: Any) -> bool:
+    return isinstance(value, DAGNode)

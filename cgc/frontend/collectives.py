@@ -1,0 +1,194 @@
+"""Collective operations among actors: ``allreduce``, ``allgather``, ``reducescatter``.
+
+Named like Ray's ``ray.experimental.collective``: ``allreduce.bind([a, b], op=ReduceOp.SUM)``
+takes one node per actor (rank order = list order) and returns one ``CollectiveNode`` per
+member, each a node on that member's actor. ``allreduce`` also takes a list of such lists
+(one bucket per list, same actors in the same order); each member then returns one value
+per bucket (a multi-return node).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from cgc.errors import CompileError
+from cgc.frontend.locations import RawLoc, capture_loc
+from cgc.frontend.nodes import CallNode, DAGNode, OutputRef
+
+__all__ = ["ReduceOp", "allreduce", "allgather", "reducescatter", "CollectiveGroup", "CollectiveNode"]
+
+
+class ReduceOp(enum.Enum):
+    """How a reducing collective combines values (same members as Ray's ``ReduceOp``)."""
+
+    SUM = 0
+    PRODUCT = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+class CollectiveGroup:
+    """One collective operation: its kind, reduce op, members (rank order) and hint."""
+
+    def __init__(
+        self,
+        kind: str,
+        op: ReduceOp | None,
+        transport: Any,
+        loc: RawLoc,
+        inputs: list[list[Any]],
+    ) -> None:
+        self.kind = kind  # "allreduce" | "allgather" | "reducescatter"
+        self.op = op
+        self.transport = transport
+        self.loc = loc
+        self.inputs = inputs  # inputs[bucket][rank]
+        self.members: list[CollectiveNode] = []
+
+
+class CollectiveNode(DAGNode):
+    """Member ``rank`` of a collective: the result on that member's actor."""
+
+    def __init__(self, group: CollectiveGroup, rank: int, actor: Any, inputs: list[Any]) -> None:
+        super().__init__(group.loc)
+        self.group = group
+        self.rank = rank
+        self.actor = actor
+        self.method = group.kind
+        self.args = tuple(inputs)
+        self.kwargs: dict[str, Any] = {}
+        self.num_returns = len(inputs)
+        self.bind_index = actor._register_call(self)
+        self._link_upstream(self.args)
+
+    def __getitem__(self, index: int) -> OutputRef:
+        if not isinstance(index, int) or not 0 <= index < self.num_returns:
+            raise IndexError(f"{self._describe()} has {self.num_returns} output(s)")
+        return OutputRef(self, index, capture_loc())
+
+    def __iter__(self):
+        loc = capture_loc()
+        return iter([OutputRef(self, i, loc) for i in range(self.num_returns)])
+
+    def _describe(self) -> str:
+        return f"{self.actor._describe()}.{self.method}#{self.bind_index}"
+
+
+def member_actor(node: Any) -> Any:
+    """The actor a collective input runs on, or None when it is not an actor's result."""
+    if isinstance(node, OutputRef):
+        node = node.call
+    if isinstance(node, (CallNode, CollectiveNode)):
+        return node.actor
+    return None
+
+
+def _fail(loc: RawLoc, kind: str, problem: str, fix: str) -> CompileError:
+    return CompileError(f"{loc.short()}: {kind}.bind: {problem}; {fix}", method=kind, loc=loc.short())
+
+
+def bind_collective(kind: str, inputs: Any, op: ReduceOp | None, transport: Any, loc: RawLoc) -> list[Any]:
+    """Validate the member lists and make one ``CollectiveNode`` per member."""
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise _fail(loc, kind, "expected a non-empty list of nodes, one per actor",
+                    f"write {kind}.bind([w0_out, w1_out])")
+    nested = isinstance(inputs[0], (list, tuple))
+    if nested and kind != "allreduce":
+        raise _fail(loc, kind, "a list of lists (buckets) is only supported for allreduce",
+                    f"call {kind}.bind once per list")
+    buckets = [list(b) for b in inputs] if nested else [list(inputs)]
+    # Ray's adapter hands in member inputs that are already cgc nodes (converted).
+    actors: list[Any] | None = None
+    for b, bucket in enumerate(buckets):
+        where = f" (list {b})" if nested else ""
+        if not bucket:
+            raise _fail(loc, kind, f"empty input list{where}", "give one node per actor")
+        row = []
+        for x in bucket:
+            a = member_actor(x)
+            if a is None:
+                raise _fail(loc, kind, f"{x!r}{where} is not an actor method's result",
+                            "pass the outputs of actor method calls, one per actor")
+            row.append(a)
+        if len({id(a) for a in row}) != len(row):
+            dup = next(a for a in row if sum(r is a for r in row) > 1)
+            raise _fail(loc, kind, f"actor {dup._describe()} appears more than once{where}",
+                        "give exactly one input per actor (no duplicate actors)")
+        if len({id(x) for x in bucket}) != len(bucket):
+            raise _fail(loc, kind, f"the same node is given twice{where}", "give distinct nodes")
+        if actors is None:
+            actors = row
+        elif [id(a) for a in row] != [id(a) for a in actors]:
+            raise _fail(loc, kind, f"list {b} has other actors or another order than list 0",
+                        "list the same actors in the same order in every bucket")
+    assert actors is not None
+    group = CollectiveGroup(kind, op, transport, loc, buckets)
+    out: list[Any] = []
+    for rank, a in enumerate(actors):
+        member = CollectiveNode(group, rank, a, [bucket[rank] for bucket in buckets])
+        group.members.append(member)
+        out.append(member)
+    if nested:  # one list per bucket, like Ray: out[bucket][rank]
+        return [[m[i] for m in group.members] for i in range(len(buckets))]
+    return out
+
+
+class _Collective:
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+
+    def __repr__(self) -> str:
+        return f"cgc.{self._kind}"
+
+
+class _AllReduce(_Collective):
+    def bind(self, input_nodes: list[Any], op: ReduceOp = ReduceOp.SUM, transport: Any = None) -> list[Any]:
+        """One allreduce among the actors of ``input_nodes`` (one node per actor).
+
+        Example: ``a0, a1 = allreduce.bind([w0.grad.bind(inp), w1.grad.bind(inp)])``.
+
+        Raises:
+            CompileError: an empty list, a node that is no actor's result, or the same
+                actor twice.
+        """
+        return bind_collective("allreduce", input_nodes, _reduce_op(op), transport, capture_loc())
+
+
+class _AllGather(_Collective):
+    def bind(self, input_nodes: list[Any], transport: Any = None) -> list[Any]:
+        """One allgather among the actors of ``input_nodes`` (one node per actor).
+
+        Example: ``g0, g1 = allgather.bind([a, b])``.
+
+        Raises:
+            CompileError: as for ``allreduce.bind``.
+        """
+        return bind_collective("allgather", input_nodes, None, transport, capture_loc())
+
+
+class _ReduceScatter(_Collective):
+    def bind(self, input_nodes: list[Any], op: ReduceOp = ReduceOp.SUM, transport: Any = None) -> list[Any]:
+        """One reduce-scatter among the actors of ``input_nodes`` (one node per actor).
+
+        Example: ``r0, r1 = reducescatter.bind([a, b], op=ReduceOp.MAX)``.
+
+        Raises:
+            CompileError: as for ``allreduce.bind``.
+        """
+        return bind_collective("reducescatter", input_nodes, _reduce_op(op), transport, capture_loc())
+
+
+def _reduce_op(op: Any) -> ReduceOp:
+    if isinstance(op, ReduceOp):
+        return op
+    name = getattr(op, "name", None)  # Ray's ReduceOp enum has the same member names
+    if isinstance(name, str) and name in ReduceOp.__members__:
+        return ReduceOp[name]
+    raise TypeError(f"op must be a ReduceOp (SUM, PRODUCT, MAX, MIN, AVG), got {op!r}")
+
+
+allreduce = _AllReduce("allreduce")
+allgather = _AllGather("allgather")
+reducescatter = _ReduceScatter("reducescatter")
