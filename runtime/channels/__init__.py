@@ -1,1 +1,47 @@
-"""(filled in by its owner)."""
+"""cgc data plane: shared-memory ring channels, TCP channels, the CPU communicator.
+
+Same node (one writer, N readers, one write serves all)::
+
+    from cgc.runtime.channels import ShmRingWriter, ShmRingReader, ErrorValue
+    w = ShmRingWriter.create("g1234-c7", slots=4, slot_bytes=1 << 20, num_readers=2)
+    r = ShmRingReader.attach("g1234-c7", reader_index=0)   # waits for the writer's segment
+    w.write(value, timeout=10.0)       # blocks while the slowest reader is `slots` behind
+    v = r.read(timeout=10.0)           # blocks (futex sleep, ~0% CPU) until written
+    if isinstance(v, ErrorValue): ...  # an upstream failure travels as a value
+    r.detach(); w.close()              # close() on either end wakes everyone with
+                                       # ChannelClosedError; writer.close() unlinks
+    ShmRingWriter.poison_by_name("g1234-c7")   # from any process, e.g. a death monitor
+    cleanup_segments("g1234-")         # teardown: unlink whatever a crashed peer left
+
+Signatures:
+
+- ``ShmRingWriter.create(name, slots=4, slot_bytes=1<<20, num_readers=1, spin_us=0.0,
+  zero_copy_min=65536, max_data_bytes=None)``; ``.write(value, timeout=None)``;
+  ``.poison()``; ``.close()``; ``.closed``; ``ShmRingWriter.poison_by_name(name) -> bool``.
+- ``ShmRingReader.attach(name, reader_index, spin_us=0.0, timeout=10.0)``;
+  ``.read(timeout=None)``; ``.poison()``; ``.close()`` (closes for all); ``.detach()``.
+- ``timeout=None`` waits forever, ``0`` tries once. Timeouts raise ``ChannelTimeoutError``
+  (a ``CgcError`` and a ``TimeoutError``); closed/poisoned raise ``ChannelClosedError``.
+  Readers drain values already written before they see the close.
+- Values: anything picklable. numpy arrays / CPU torch tensors with >= ``zero_copy_min``
+  bytes are read zero-copy (numpy read-only); holding them never blocks the writer.
+- One thread per endpoint. Names: unique per channel (the caller's prefix + channel id);
+  data blocks are ``<name>.d<k>``.
+
+Example:
+    >>> from cgc.runtime.channels import ShmRingWriter, ShmRingReader
+    >>> w = ShmRingWriter.create("cgc-doc-pkg", slots=2, slot_bytes=4096)
+    >>> r = ShmRingReader.attach("cgc-doc-pkg", 0)
+    >>> w.write([1, 2]); r.read(timeout=1.0)
+    [1, 2]
+    >>> r.detach(); w.close()
+"""
+
+from __future__ import annotations
+
+from .errors import ChannelClosedError, ChannelError, ChannelTimeoutError, ErrorValue
+from .ring import ShmRingReader, ShmRingWriter
+from .shm import cleanup_segments, list_segments
+
+__all__ = ["ChannelClosedError", "ChannelError", "ChannelTimeoutError", "ErrorValue",
+           "ShmRingReader", "ShmRingWriter", "cleanup_segments", "list_segments"]
