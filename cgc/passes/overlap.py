@@ -1,19 +1,190 @@
-"""Pass ``overlap`` (placeholder until the hoisting lands): records overlap off."""
+"""Pass ``overlap``: communication on the comm stream, receives hoisted, re-verified.
+
+When on, every SEND/RECV/COLL gets ``stream = COMM_STREAM`` and each RECV moves as early
+in its actor's program as it safely can:
+
+* never past another SEND/RECV/COLL of the actor (the per-communicator order, and the
+  global order the scheduler placed, stay as they were);
+* never before the last op of this actor that the matching SEND depends on (a vector
+  clock over one execution: program order, WRITE -> READ, rendezvous), since the sender
+  would then wait for an op stuck behind the receive.
+
+The overlapped programs are verified with the same simulator as every plan; if they fail,
+the pass keeps the scheduler's programs (comm ops still on the comm stream) and records
+``overlap = false``. ``LowerOptions.overlap``: None = on when the plan has NCCL ops between
+GPU actors (where a separate stream can run a transfer under a computation), True/False
+force it.
+
+Not done, on purpose: posting the RECV for execution i+1 before execution i computes
+(``exec_offset = 1``). Under the program semantics every op of a program is issued in
+order by one thread, so such a prefetch makes execution i's result wait for execution
+i+1's submission, which deadlocks a driver that waits for each result before submitting
+the next. The runtime gets the same overlap from the hoisted receives on the comm stream.
+"""
 
 from __future__ import annotations
 
-from cgc.passes.state import LowerState
+from cgc.passes.state import LowerState, require
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.verify import VerifyError, verify_plan
 
-__all__ = ["overlap", "pre", "post"]
+__all__ = ["overlap", "hoist_recvs", "pre", "post"]
+
+_NAME = "overlap"
+_COMM = (pb.SEND, pb.RECV, pb.COLL)
+
+
+def _vector_clocks(plan: pb.Plan) -> dict[tuple[str, int], dict[str, int]]:
+    """For each (actor, op index): the last op index per actor that it depends on.
+
+    Steps one execution greedily (the plan is already known to be deadlock-free).
+    """
+    progs = {p.actor: list(p.ops) for p in plan.lowered.programs}
+    pc = dict.fromkeys(progs, 0)
+    vc: dict[tuple[str, int], dict[str, int]] = {}
+    written: dict[int, dict[str, int]] = {}
+    members: dict[int, list[str]] = {}
+    for coll in plan.graph.collectives:
+        for n in coll.nodes:
+            members[n] = [plan.graph.nodes[m].actor for m in coll.nodes]
+
+    def before(a: str) -> dict[str, int]:
+        return dict(vc[(a, pc[a] - 1)]) if pc[a] else {}
+
+    def join(*clocks: dict[str, int]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in clocks:
+            for k, v in c.items():
+                out[k] = max(out.get(k, -1), v)
+        return out
+
+    def done(a: str, clock: dict[str, int]) -> None:
+        clock[a] = pc[a]
+        vc[(a, pc[a])] = clock
+        pc[a] += 1
+
+    moved = True
+    while moved:
+        moved = False
+        for a in sorted(progs):
+            while pc[a] < len(progs[a]):
+                op = progs[a][pc[a]]
+                if op.kind in (pb.COMPUTE,):
+                    done(a, before(a))
+                elif op.kind == pb.WRITE:
+                    done(a, before(a))
+                    written[op.channel] = vc[(a, pc[a] - 1)]
+                elif op.kind == pb.READ:
+                    ch = plan.lowered.channels[op.channel - 1]
+                    if ch.writer != "@driver" and op.channel not in written:
+                        break
+                    done(a, join(before(a), written.get(op.channel, {})))
+                elif op.kind in (pb.SEND, pb.RECV):
+                    b = op.peer
+                    other = progs[b][pc[b]] if pc[b] < len(progs[b]) else None
+                    want = pb.RECV if op.kind == pb.SEND else pb.SEND
+                    if other is None or other.kind != want or other.channel != op.channel:
+                        break
+                    clock = join(before(a), before(b))
+                    done(a, dict(clock))
+                    done(b, dict(clock))
+                else:
+                    group = members.get(op.task, [a])
+                    heads = [progs[m][pc[m]] if pc[m] < len(progs[m]) else None for m in group]
+                    if any(h is None or h.kind != pb.COLL or h.seq != op.seq for h in heads):
+                        break
+                    clock = join(*(before(m) for m in group))
+                    for m in group:
+                        done(m, dict(clock))
+                moved = True
+    return vc
+
+
+def hoist_recvs(plan: pb.Plan) -> int:
+    """Move every RECV of ``plan`` as early as is safe (see the module doc); return moves.
+
+    Example: ``b: 1R:c1 1C 1W:c2 4RECV:c3←a#0 4C`` becomes ``b: 4RECV:c3←a#0~ 1R:c1 ...``
+    when the SEND on ``a`` does not depend on anything ``b`` does first.
+    """
+    vc = _vector_clocks(plan)
+    progs = {p.actor: p for p in plan.lowered.programs}
+    send_at: dict[tuple[int, str], tuple[str, int]] = {}
+    for p in plan.lowered.programs:
+        for i, op in enumerate(p.ops):
+            if op.kind == pb.SEND:
+                send_at[(op.channel, op.peer)] = (p.actor, i)
+    moves = 0
+    for actor in sorted(progs):
+        prog = progs[actor]
+        items = list(enumerate(prog.ops))  # (original index, op)
+        for orig, op in list(items):
+            if op.kind != pb.RECV:
+                continue
+            sender, j = send_at[(op.channel, actor)]
+            bound = vc.get((sender, j - 1), {}).get(actor, -1) if j else -1
+            cur = next(k for k, (o, _) in enumerate(items) if o == orig)
+            k = cur
+            while k > 0 and items[k - 1][0] > bound and items[k - 1][1].kind not in _COMM:
+                k -= 1
+            if k != cur:
+                items.insert(k, items.pop(cur))
+                moves += 1
+        new_ops = [pb.Op() for _ in items]
+        for dst, (_, op) in zip(new_ops, items, strict=True):
+            dst.CopyFrom(op)
+        del prog.ops[:]
+        prog.ops.extend(new_ops)
+    return moves
+
+
+def _has_gpu_comm(plan: pb.Plan) -> bool:
+    return any(c.backend == "nccl" for c in plan.lowered.communicators)
 
 
 def overlap(state: LowerState) -> None:
+    """Put comm ops on the comm stream and hoist receives, if it helps and verifies.
+
+    Example: ``lower(plan, LowerOptions(overlap=True)).lowered.schedule.overlap``.
+    """
+    plan, opt = state.plan, state.options.overlap
+    on = _has_gpu_comm(plan) if opt is None else opt
     state.lowered.schedule.overlap = False
+    if not on:
+        return
+    for prog in plan.lowered.programs:
+        for op in prog.ops:
+            if op.kind in _COMM:
+                op.stream = pb.COMM_STREAM
+    streamed = pb.Lowered()
+    streamed.CopyFrom(plan.lowered)
+    hoist_recvs(plan)
+    try:
+        verify_plan(plan, state.options.verify_executions)
+    except VerifyError:
+        plan.lowered.CopyFrom(streamed)  # keep the scheduler's order
+        return
+    plan.lowered.schedule.overlap = True
+
+
+def _comm_order(plan: pb.Plan) -> list[list[tuple[int, int, int, str]]]:
+    return [
+        [(op.kind, op.task, op.channel, op.peer) for op in p.ops if op.kind in _COMM]
+        for p in plan.lowered.programs
+    ]
 
 
 def pre(state: LowerState) -> None:
-    pass
+    state.scratch["comm_order"] = _comm_order(state.plan)
+    require(
+        all(op.stream == pb.COMPUTE_STREAM for p in state.lowered.programs for op in p.ops),
+        _NAME,
+        "programs already overlapped",
+    )
 
 
 def post(state: LowerState) -> None:
-    pass
+    require(
+        _comm_order(state.plan) == state.scratch["comm_order"],
+        _NAME,
+        "the order of an actor's comm ops changed",
+    )

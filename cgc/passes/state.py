@@ -59,6 +59,8 @@ class LowerState:
     stage: dict[int, int] = field(default_factory=dict)
     costs_used: dict[str, float] = field(default_factory=dict)
     makespan_us: float = 0.0
+    # per-pass scratch space (e.g. what a postcondition compares against)
+    scratch: dict = field(default_factory=dict)
 
     @property
     def lowered(self) -> pb.Lowered:

@@ -1,0 +1,34 @@
+"""``cgc check PLAN``: verify a plan file's format, checksum and deadlock-freedom.
+
+Exit 0 with ``ok: ...`` when every check holds; otherwise the error propagates and
+``cgc.cli.main`` prints it (a deadlock as its per-actor table) and exits with its code
+(4: not a valid plan file, 5: verification failed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["check_cmd"]
+
+
+@click.command("check")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--executions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Executions to step (default: the plan's capacity + 2).",
+)
+def check_cmd(plan_path: Path, executions: int | None) -> None:
+    """Verify PLAN: magic, version, checksum, structure, and no deadlock."""
+    from cgc.verify import check_plan_file
+
+    report = check_plan_file(plan_path, executions)
+    click.echo(
+        f"ok: {plan_path}: {report.programs} programs, {report.channels} channels; "
+        f"stepped {report.executions} executions ({report.ops_stepped} ops) with "
+        f"capacity {report.capacity}: no deadlock"
+    )
