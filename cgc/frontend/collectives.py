@@ -3,8 +3,8 @@
 Named like Ray's ``ray.experimental.collective``: ``allreduce.bind([a, b], op=ReduceOp.SUM)``
 takes one node per actor (rank order = list order) and returns one ``CollectiveNode`` per
 member, each a node on that member's actor. ``allreduce`` also takes a list of such lists
-(one bucket per list, same actors in the same order); each member then returns one value
-per bucket (a multi-return node).
+(one bucket per list, same actors in the same order); then, as in Ray, it returns one list
+per member holding one ref per bucket.
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def bind_collective(kind: str, inputs: Any, op: ReduceOp | None, transport: Any,
         member = CollectiveNode(group, rank, a, [bucket[rank] for bucket in buckets])
         group.members.append(member)
         out.append(member)
-    if nested:  # one list per bucket, like Ray: out[bucket][rank]
-        return [[m[i] for m in group.members] for i in range(len(buckets))]
+    if nested:  # like Ray: out[rank][bucket], one ref per bucket on each member
+        return [[m[i] for i in range(len(buckets))] for m in group.members]
     return out
 
 

@@ -1,0 +1,306 @@
+"""The Ray DAG adapter: Ray's own DAG objects -> cgc builder nodes (then traced as usual).
+
+Handles ``ray.dag.InputNode``/``InputAttributeNode``/``MultiOutputNode``, ``ClassNode`` (a
+``@ray.remote`` class's ``.bind()``, with its options), ``ClassMethodNode`` (multi-return
+placeholders included), collective output nodes and ``with_tensor_transport`` type hints.
+Calls on live actor handles (``Actor.remote()``) become external actors: the plan refers to
+the existing actor and ``TraceResult.live_handles`` carries the handle.
+
+Ray is imported only here, and only when a Ray object is traced.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from cgc.errors import CompileError
+from cgc.frontend.actors import ACTOR_OPTIONS, ExternalSpec, LazyActor
+from cgc.frontend.collectives import CollectiveGroup, CollectiveNode, ReduceOp
+from cgc.frontend.locations import UNKNOWN_LOC, RawLoc
+from cgc.frontend.nodes import CallNode, HintSpec, InputNode, MultiOutputNode, OutputRef
+from cgc.frontend.ray_graph import ray_num_returns
+from cgc.frontend.ray_sites import HINT_SITES, NODE_SITES
+
+__all__ = ["convert_output", "is_ray_dag_object"]
+
+# Ray actor options that do not change what the graph computes; dropped without a word.
+_IGNORED_OPTIONS = {
+    "max_restarts", "max_task_retries", "max_pending_calls", "enable_task_events",
+    "lifetime", "get_if_exists", "allow_out_of_order_execution", "concurrency_groups",
+    "_metadata", "object_store_memory",
+}
+
+
+def is_ray_dag_object(value: Any) -> bool:
+    """True for Ray DAG nodes, without importing Ray."""
+    return type(value).__module__.startswith("ray.dag")
+
+
+def _site(node: Any) -> RawLoc:
+    try:
+        return NODE_SITES.get(node, UNKNOWN_LOC)
+    except TypeError:
+        return UNKNOWN_LOC
+
+
+def _original_class(body: Any) -> Any:
+    return getattr(body, "__ray_actor_class__", body)
+
+
+def _neighbors(node: Any, dag: Any) -> list[Any]:
+    """Ray nodes linked to ``node``: arguments, consumers, the actor's chain, attributes."""
+    from ray.dag.py_obj_scanner import _PyObjScanner
+
+    scanner = _PyObjScanner()
+    try:
+        found = scanner.find_nodes([node._bound_args, node._bound_kwargs,
+                                    node._bound_other_args_to_resolve])
+    finally:
+        scanner.clear()
+    found.extend(node._downstream_nodes)
+    if isinstance(node, dag.InputNode):
+        found.extend(node.input_attribute_nodes.values())
+    return found
+
+
+class _Converter:
+    def __init__(self) -> None:
+        import ray.dag as dag
+
+        self.dag = dag
+        self.memo: dict[int, Any] = {}
+        self.keep: list[Any] = []  # keep Ray nodes alive while ids are in memo
+        self.actors: dict[Any, LazyActor] = {}
+        self.groups: dict[int, CollectiveGroup] = {}
+        self.chain_pos: dict[int, int] = {}
+
+    # -------------------------------------------------------------- closure, order
+    def run(self, output: Any) -> Any:
+        order = self._order(output)
+        for n in order:
+            self.memo[id(n)] = self._convert(n)
+        for grp in self.groups.values():
+            grp.members.sort(key=lambda m: m.rank)
+        return self.memo[id(output)]
+
+    def _order(self, output: Any) -> list[Any]:
+        """Every Ray node connected to ``output``, arguments before their consumers."""
+        seen: dict[int, Any] = {}
+        queue = [output]
+        while queue:
+            n = queue.pop()
+            if id(n) in seen:
+                continue
+            seen[id(n)] = n
+            queue.extend(m for m in _neighbors(n, self.dag) if id(m) not in seen)
+        self.keep.extend(seen.values())
+        order: list[Any] = []
+        done: set[int] = set()
+        for root in seen.values():
+            stack = [(root, False)]
+            while stack:
+                n, expanded = stack.pop()
+                if id(n) in done:
+                    continue
+                if expanded:
+                    done.add(id(n))
+                    order.append(n)
+                    continue
+                stack.append((n, True))
+                stack.extend((m, False) for m in self._upstream(n) if id(m) not in done)
+        return order
+
+    def _upstream(self, n: Any) -> list[Any]:
+        from ray.dag.py_obj_scanner import _PyObjScanner
+
+        scanner = _PyObjScanner()
+        try:
+            ups = scanner.find_nodes([n._bound_args, n._bound_kwargs])
+        finally:
+            scanner.clear()
+        if isinstance(n, self.dag.InputAttributeNode):
+            ups.append(n._dag_input_node)
+        if isinstance(n, self.dag.ClassMethodNode) and isinstance(
+                n._parent_class_node, self.dag.ClassNode):
+            ups.append(n._parent_class_node)
+        return [u for u in ups if isinstance(u, self.dag.DAGNode)]
+
+    # -------------------------------------------------------------- conversion
+    def _value(self, v: Any) -> Any:
+        if isinstance(v, self.dag.DAGNode):
+            return self.memo[id(v)]
+        if type(v) in (list, tuple):
+            return type(v)(self._value(x) for x in v)
+        if type(v) is dict:
+            return {k: self._value(x) for k, x in v.items()}
+        return v
+
+    def _convert(self, n: Any) -> Any:
+        dag = self.dag
+        loc = _site(n)
+        if isinstance(n, dag.InputNode):
+            out = InputNode()
+        elif isinstance(n, dag.InputAttributeNode):
+            out = self.memo[id(n._dag_input_node)]._attr(n.key, loc)
+        elif isinstance(n, dag.MultiOutputNode):
+            out = MultiOutputNode([self._value(v) for v in n._bound_args])
+        elif isinstance(n, dag.ClassNode):
+            out = self._actor(n, loc)
+        elif isinstance(n, dag.ClassMethodNode):
+            out = self._method_node(n, loc)
+        elif isinstance(n, dag.FunctionNode):
+            raise CompileError(f"{loc.short()}: {n._body.__name__}: Ray remote functions "
+                               "(FunctionNode) cannot be compiled, only actor methods; make "
+                               "the function a method of an actor", loc=loc.short())
+        else:
+            raise CompileError(f"{loc.short()}: unsupported Ray DAG node {type(n).__name__}; "
+                               "graphs are built from InputNode, actor method binds and "
+                               "MultiOutputNode", loc=loc.short())
+        out._loc = loc
+        self._hint(n, out)
+        return out
+
+    def _actor(self, n: Any, loc: RawLoc) -> LazyActor:
+        options = {}
+        for key, value in n._bound_options.items():
+            if key in ACTOR_OPTIONS:
+                options[key] = value
+            elif key not in _IGNORED_OPTIONS and value is not None:
+                warnings.warn(f"{loc.short()}: the Ray actor option {key}={value!r} is not kept "
+                              "in cgc plans and is ignored", stacklevel=2)
+        cls = _original_class(n._body)
+        args = tuple(self._value(a) for a in n._bound_args)
+        kwargs = {k: self._value(v) for k, v in n._bound_kwargs.items()}
+        actor = LazyActor(cls, args, kwargs, options, loc)
+        # Per-actor bind order: Ray chains a ClassNode's calls through prev-call links.
+        chain, call = [], n._last_call
+        while call is not None:
+            chain.append(call)
+            call = call._prev_class_method_call
+        for pos, call in enumerate(reversed(chain)):
+            self.chain_pos[id(call)] = pos
+        self.keep.extend(chain)
+        return actor
+
+    def _handle_actor(self, handle: Any) -> LazyActor:
+        key = handle._ray_actor_id.hex()
+        if key not in self.actors:
+            desc = handle._ray_actor_creation_function_descriptor
+            name, namespace = _named(handle)
+            cls = _import_class(desc.module_name, desc.class_name)
+            self.actors[key] = LazyActor(
+                cls, (), {}, {}, UNKNOWN_LOC,
+                external=ExternalSpec(handle, key, name, namespace),
+                class_module=desc.module_name, class_qualname=desc.class_name)
+        return self.actors[key]
+
+    def _method_node(self, n: Any, loc: RawLoc) -> Any:
+        if n.is_class_method_output:
+            call = self.memo[id(n.class_method_call)]
+            return OutputRef(call, n.output_idx, loc)
+        parent = n._parent_class_node
+        if isinstance(parent, self.dag.ClassNode):
+            actor = self.memo[id(parent)]
+            position = self.chain_pos.get(id(n), 0)
+        else:
+            actor = self._handle_actor(parent)
+            position = n._bind_index or 0
+        args = [self._value(a) for a in n._bound_args]
+        if isinstance(n, self.dag.CollectiveOutputNode):
+            node = self._member(n, actor, args, loc)
+        else:
+            kwargs = {k: self._value(v) for k, v in n._bound_kwargs.items()}
+            num = ray_num_returns(actor.cls, n.get_method_name(), n._bound_options)
+            node = CallNode(actor, n.get_method_name(), tuple(args), kwargs, num, loc)
+        node.bind_index = position
+        return node
+
+    def _member(self, n: Any, actor: LazyActor, args: list[Any], loc: RawLoc) -> CollectiveNode:
+        op = n._collective_op
+        grp = self.groups.get(id(op))
+        if grp is None:
+            from ray.experimental.util.types import AllGatherOp, AllReduceOp
+
+            kind = ("allgather" if isinstance(op._op, AllGatherOp) else
+                    "allreduce" if isinstance(op._op, AllReduceOp) else "reducescatter")
+            reduce = getattr(op._op, "reduceOp", None)
+            hint = op._type_hint
+            transport = hint._communicator or {"accelerator": "nccl", "auto": "shm"}.get(
+                hint.transport, hint.transport)
+            grp = CollectiveGroup(kind, ReduceOp[reduce.name] if reduce else None,
+                                  transport, loc, [])
+            self.groups[id(op)] = grp
+        parent = n._parent_class_node
+        rank = next(i for i, h in enumerate(op.actor_handles) if h is parent or h == parent)
+        member = CollectiveNode(grp, rank, actor, args)
+        grp.members.append(member)
+        return member
+
+    def _hint(self, n: Any, out: Any) -> None:
+        spec = _hint_spec(n)
+        if spec is None or isinstance(out, (MultiOutputNode, LazyActor)):
+            return
+        spec.loc = HINT_SITES.get(n, out._loc)
+        out._set_hint(spec)
+
+
+def _hint_spec(n: Any) -> HintSpec | None:
+    """A cgc HintSpec for a Ray node's type hint (None when it has none)."""
+    from ray.experimental.channel.auto_transport_type import AutoTransportType
+    from ray.experimental.channel.torch_tensor_type import TorchTensorType
+
+    hint = n._type_hint
+    if isinstance(hint, AutoTransportType):
+        transport = "auto"
+    elif isinstance(hint, TorchTensorType):
+        # Ray's "shm" is TorchTensorType(transport="auto"): host memory.
+        transport = hint._communicator or {"accelerator": "nccl", "auto": "shm"}.get(
+            hint.transport, hint.transport)
+    else:
+        return None
+    return HintSpec(transport=transport, device=str(hint._device),
+                    static_shape=bool(hint._static_shape), direct_return=bool(hint._direct_return))
+
+
+def _named(handle: Any) -> tuple[str, str]:
+    """(name, namespace) of a named live actor, ("", "") otherwise."""
+    try:
+        import ray
+
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            h = ray.get_actor(entry["name"], namespace=entry["namespace"])
+            if h._ray_actor_id == handle._ray_actor_id:
+                return entry["name"], entry["namespace"]
+    except Exception:  # state lookups are best effort: the actor id is what binds it
+        pass
+    return "", ""
+
+
+def _import_class(module: str, qualname: str) -> Any:
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # an unimportable class only loses the signature checks
+        return None
+    meta = getattr(obj, "__ray_metadata__", None)
+    if meta is not None:
+        obj = _original_class(meta.modified_class)
+    return obj if isinstance(obj, type) else None
+
+
+def convert_output(output: Any) -> Any:
+    """Convert a Ray DAG (or a cgc MultiOutputNode of Ray nodes) to cgc builder nodes.
+
+    Example: ``trace(convert_output(ray_dag))`` is what ``trace(ray_dag)`` does.
+
+    Raises:
+        CompileError: Ray remote functions or other node kinds a plan cannot hold.
+    """
+    conv = _Converter()
+    if isinstance(output, MultiOutputNode):  # cgc's MultiOutputNode over Ray nodes
+        return MultiOutputNode([conv.run(o) if is_ray_dag_object(o) else o
+                                for o in output.outputs])
+    return conv.run(output)
