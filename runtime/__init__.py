@@ -1,1 +1,54 @@
-"""(filled in by its owner)."""
+"""cgc's runtime: load a plan, start it on Ray actors, run it fast, fail clearly.
+
+Depends on the plan schema, Ray, numpy/torch only - never on the compiler (``cgc.frontend``,
+``cgc.passes``, ``cgc.verify``) or networkx.
+
+Example::
+
+    import cgc.runtime as rt
+    plan = rt.load("echo.cgplan")
+    with plan.start(get_timeout=10) as graph:
+        ref = graph.execute("hi")
+        print(ref.get())
+"""
+
+from __future__ import annotations
+
+from cgc.plan_schema.errors import CgcError, PlanFormatError, UntrustedPlanError
+from cgc.runtime.driver import CompiledGraph
+from cgc.runtime.errors import (
+    ActorDiedError,
+    CgcTimeoutError,
+    GetTimeoutError,
+    GraphFailedError,
+    GraphTornDownError,
+    InputMismatchError,
+    PlacementError,
+    RefConsumedError,
+    RemoteError,
+    SetupError,
+    SubmitTimeoutError,
+)
+from cgc.runtime.plan import Plan, load
+from cgc.runtime.refs import Ref
+
+__all__ = [
+    "Plan",
+    "load",
+    "CompiledGraph",
+    "Ref",
+    "CgcError",
+    "PlanFormatError",
+    "UntrustedPlanError",
+    "RemoteError",
+    "GraphFailedError",
+    "ActorDiedError",
+    "GraphTornDownError",
+    "CgcTimeoutError",
+    "GetTimeoutError",
+    "SubmitTimeoutError",
+    "RefConsumedError",
+    "InputMismatchError",
+    "PlacementError",
+    "SetupError",
+]

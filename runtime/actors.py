@@ -1,0 +1,192 @@
+"""Creating the plan's actors (or binding existing ones) and finding the user object in them.
+
+Three ways to get an actor class:
+
+1. the in-process side table (``cgc.compile(dag)`` passes the classes): ``ray.remote(cls)``;
+2. ``ClassRef.module``/``qualname`` importable on the driver: the same;
+3. otherwise (embedded model source, or a module only the actors can import): the actor is
+   an ``ActorHost`` that builds the module *inside the actor process* (``__name__`` is
+   ``ClassRef.module``, never ``"__main__"``) and holds the user object.
+
+``user_object(self)`` is how code running in the actor (``__ray_call__``) finds the object
+whose methods the plan calls.
+
+Example::
+
+    handles, created = make_actors(plan, drop_gpus=True)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import types
+from typing import Any
+
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.values import decode_value
+from cgc.runtime.errors import SetupError
+
+__all__ = ["ActorHost", "user_object", "make_actors", "load_class"]
+
+_INSTANCE_ATTR = "_cgc_instance_"
+
+
+def user_object(actor_self: Any) -> Any:
+    """The user's object inside an actor: the host's instance, or the actor itself."""
+    return getattr(actor_self, _INSTANCE_ATTR, actor_self)
+
+
+def _unwrap(obj: Any) -> Any:
+    # @cgc.actor returns a wrapper around the plain class; __wrapped__ is the class.
+    return getattr(obj, "__wrapped__", obj)
+
+
+def load_class(module: str, qualname: str, source: str = "", source_file: str = "") -> type:
+    """Import ``module`` (or build it from ``source``) and return ``qualname`` in it.
+
+    Raises:
+        ImportError: the module or the class is not there.
+    """
+    if source:
+        mod = sys.modules.get(module)
+        if mod is None or getattr(mod, "__cgc_source__", None) != source:
+            mod = types.ModuleType(module)
+            mod.__file__ = source_file or f"<cgc embedded {module}>"
+            mod.__cgc_source__ = source  # type: ignore[attr-defined]
+            sys.modules[module] = mod  # before exec: the source may import itself
+            try:
+                exec(compile(source, mod.__file__, "exec"), mod.__dict__)  # noqa: S102
+            except BaseException:
+                sys.modules.pop(module, None)
+                raise
+    else:
+        mod = importlib.import_module(module)
+    obj: Any = mod
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"{module} has no {qualname}") from None
+    return _unwrap(obj)
+
+
+class ActorHost:
+    """A Ray actor that builds the user's class inside its own process and holds the object.
+
+    ``ctor`` is a serialized ``pb.Actor`` (only its class and constructor args are used) so
+    pickled constructor args are decoded after the module they may refer to exists.
+    """
+
+    def __init__(self, actor_bytes: bytes) -> None:
+        actor = pb.Actor.FromString(actor_bytes)
+        cls = load_class(actor.cls.module, actor.cls.qualname, actor.cls.embedded_source,
+                         actor.cls.source_file)
+        args = [decode_value(v) for v in actor.ctor_args]
+        kwargs = {nv.name: decode_value(nv.value) for nv in actor.ctor_kwargs}
+        setattr(self, _INSTANCE_ATTR, cls(*args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"cgc.ActorHost({type(getattr(self, _INSTANCE_ATTR, None)).__qualname__})"
+
+
+_remote_cache: dict[int, Any] = {}
+
+
+def _remote_class(obj: Any) -> Any:
+    import ray
+    from ray.actor import ActorClass
+
+    if isinstance(obj, ActorClass):
+        return obj
+    key = id(obj)
+    hit = _remote_cache.get(key)
+    if hit is None or hit[0] is not obj:
+        hit = (obj, ray.remote(obj))
+        _remote_cache[key] = hit
+    return hit[1]
+
+
+def _options(actor: pb.Actor, drop_gpus: bool) -> dict[str, Any]:
+    o = actor.options
+    out: dict[str, Any] = {}
+    if o.HasField("num_cpus"):
+        out["num_cpus"] = o.num_cpus
+    if o.HasField("num_gpus") and not drop_gpus:
+        out["num_gpus"] = o.num_gpus
+    if o.HasField("memory"):
+        out["memory"] = o.memory
+    if o.resources:
+        out["resources"] = {r.name: r.amount for r in o.resources}
+    if o.runtime_env_json:
+        out["runtime_env"] = json.loads(o.runtime_env_json)
+    if o.HasField("max_concurrency"):
+        out["max_concurrency"] = o.max_concurrency
+    if o.actor_name:
+        out["name"] = o.actor_name
+    if o.namespace:
+        out["namespace"] = o.namespace
+    return out
+
+
+def _bind_external(plan: Any, actor: pb.Actor) -> Any:
+    import ray
+
+    handle = plan.live_handles.get(actor.name)
+    if handle is None and actor.external.actor_id:
+        for h in plan.live_handles.values():
+            if h._actor_id.hex() == actor.external.actor_id:
+                handle = h
+    if handle is not None:
+        return handle
+    ext = actor.external
+    if ext.name:
+        try:
+            return ray.get_actor(ext.name, namespace=ext.namespace or None)
+        except ValueError:
+            pass
+    what = f"named {ext.name!r}" + (f" in namespace {ext.namespace!r}" if ext.namespace else "")
+    if not ext.name:
+        what = f"with id {ext.actor_id} (a live handle given to cgc.compile in another process)"
+    raise SetupError(
+        f"actor {actor.name} is an existing actor {what}, but no such actor is alive; "
+        "start it first, or compile the plan with a named actor"
+    )
+
+
+def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
+    """Create or bind every actor of ``plan`` (a ``cgc.runtime.Plan``), in plan order.
+
+    Returns ``(handles by actor name, names of the actors created here)``. Creation is
+    asynchronous in Ray; the first call on each handle waits for it.
+
+    Raises:
+        SetupError: an external actor is not alive, or an actor class cannot be resolved.
+    """
+    handles: dict[str, Any] = {}
+    created: set[str] = set()
+    for actor in plan.proto.graph.actors:
+        if actor.external.name or actor.external.actor_id:
+            handles[actor.name] = _bind_external(plan, actor)
+            continue
+        opts = _options(actor, drop_gpus)
+        cls = plan.classes.get(actor.name)
+        if cls is None and not actor.cls.embedded_source:
+            try:
+                cls = load_class(actor.cls.module, actor.cls.qualname)
+            except Exception:  # noqa: BLE001 - maybe only importable on the actors
+                cls = None
+        if cls is not None:
+            args = [decode_value(v) for v in actor.ctor_args]
+            kwargs = {nv.name: decode_value(nv.value) for nv in actor.ctor_kwargs}
+            rc = _remote_class(_unwrap(cls))
+        else:
+            args, kwargs = [actor.SerializeToString()], {}
+            rc = _remote_class(ActorHost)
+        try:
+            handles[actor.name] = rc.options(**opts).remote(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - bad options: name the actor
+            raise SetupError(f"cannot create actor {actor.name}: {exc}") from exc
+        created.add(actor.name)
+    return handles, created

@@ -1,0 +1,157 @@
+"""Starting or joining Ray, and checking that the plan's actors can be placed.
+
+Sizing decision (documented in the issue): actors keep Ray's own defaults (an actor that
+names no ``num_cpus`` reserves 1 CPU to be placed). When cgc starts the local Ray itself
+(no address, Ray not initialized) it declares ``max(os.cpu_count(), sum of the actors' CPU
+needs)`` logical CPUs and the custom resources the plan asks for, so an 8-actor plan runs
+on a 2-core machine. Logical CPUs are only a placement count: cgc's loops sleep when idle.
+When joining a cluster (``"auto"`` or a URL) or reusing an initialized Ray, nothing is
+resized: the plan is checked against the nodes, and unplaceable actors are named.
+
+Example::
+
+    info = ensure_ray(plan.proto, None)   # starts a local Ray sized for the plan
+    check_placement(plan.proto, drop_gpus=info.drop_gpus)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.errors import PlacementError, SetupError
+
+__all__ = ["RayInfo", "ensure_ray", "actor_demand", "check_placement", "gpu_notice"]
+
+log = logging.getLogger("cgc.runtime")
+
+
+@dataclass
+class RayInfo:
+    """What start-up learned about the cluster."""
+
+    started_here: bool
+    has_gpus: bool
+    drop_gpus: bool  # num_gpus requests are ignored and NCCL runs on the CPU communicator
+    driver_node: str
+
+
+def actor_demand(actor: pb.Actor, drop_gpus: bool) -> dict[str, float]:
+    """Resources the actor needs to be placed (Ray's default: 1 CPU when none is named)."""
+    if actor.external.name or actor.external.actor_id:
+        return {}
+    opts = actor.options
+    need: dict[str, float] = {"CPU": opts.num_cpus if opts.HasField("num_cpus") else 1.0}
+    if opts.HasField("num_gpus") and opts.num_gpus and not drop_gpus:
+        need["GPU"] = opts.num_gpus
+    if opts.HasField("memory") and opts.memory:
+        need["memory"] = opts.memory
+    for r in opts.resources:
+        need[r.name] = need.get(r.name, 0.0) + r.amount
+    return {k: v for k, v in need.items() if v > 0}
+
+
+def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -> RayInfo:
+    """Make sure this process is connected to Ray; start a sized local one if needed.
+
+    Raises:
+        SetupError: Ray cannot be started or the address cannot be reached.
+    """
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        # Why: under `uv run`, Ray would otherwise rewrite worker commands to use uv.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        kwargs: dict = {"include_dashboard": False, "log_to_driver": True,
+                        "configure_logging": False}
+        if address is None:
+            cpus = sum(actor_demand(a, False).get("CPU", 0.0) for a in plan.graph.actors)
+            kwargs["num_cpus"] = max(os.cpu_count() or 1, int(cpus + 0.999))
+            custom: dict[str, float] = {}
+            for a in plan.graph.actors:
+                for k, v in actor_demand(a, True).items():
+                    if k not in ("CPU", "GPU", "memory"):
+                        custom[k] = custom.get(k, 0.0) + v
+            if custom:
+                kwargs["resources"] = custom
+        else:
+            kwargs["address"] = address
+        try:
+            ray.init(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - surfaced as one clear line
+            target = f"the Ray cluster at {address!r}" if address else "a local Ray"
+            raise SetupError(f"cannot start or join {target}: {exc}") from exc
+        started = address is None
+    has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+    drop = communicator == "cpu" or not has_gpus
+    return RayInfo(started, has_gpus, drop, ray.get_runtime_context().get_node_id())
+
+
+def gpu_notice(plan: pb.Plan, info: RayInfo) -> str | None:
+    """The one-line notice when GPU requests are dropped (None when nothing is dropped)."""
+    if not info.drop_gpus:
+        return None
+    gpu_actors = [a.name for a in plan.graph.actors
+                  if a.options.HasField("num_gpus") and a.options.num_gpus]
+    nccl = any(c.kind == pb.CHAN_NCCL for c in plan.lowered.channels) or bool(
+        plan.lowered.communicators)
+    if not gpu_actors and not nccl:
+        return None
+    why = "no GPUs in the cluster" if not info.has_gpus else "communicator='cpu'"
+    parts = []
+    if nccl:
+        parts.append("NCCL channels and collectives run on the CPU communicator")
+    if gpu_actors:
+        parts.append(f"num_gpus of {', '.join(gpu_actors)} ignored")
+    return f"cgc: {why}: " + "; ".join(parts)
+
+
+def _fmt(need: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(need.items())) + "}"
+
+
+def check_placement(plan: pb.Plan, drop_gpus: bool) -> None:
+    """Check every actor the plan creates fits the cluster; name the ones that do not.
+
+    Example: joining a CPU-only cluster with a ``num_gpus=1`` actor (and
+    ``communicator="nccl"``) raises ``PlacementError: actor w0 needs {CPU: 1, GPU: 1} ...``.
+
+    Raises:
+        PlacementError: one line per actor that cannot be placed, with what the nodes have.
+    """
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    totals = [dict(n.get("Resources", {})) for n in nodes]
+    free = dict(ray.available_resources())
+    problems: list[str] = []
+    for actor in plan.graph.actors:
+        need = actor_demand(actor, drop_gpus)
+        if not need:
+            continue
+        if not any(all(t.get(k, 0.0) >= v for k, v in need.items()) for t in totals):
+            biggest = max(totals, key=lambda t: t.get("CPU", 0.0), default={})
+            have = {k: biggest.get(k, 0.0) for k in need}
+            problems.append(
+                f"actor {actor.name} needs {_fmt(need)} but no node has that "
+                f"(largest node offers {_fmt(have)})"
+            )
+            continue
+        short = {k: free.get(k, 0.0) for k, v in need.items() if free.get(k, 0.0) < v}
+        if short:
+            problems.append(
+                f"actor {actor.name} needs {_fmt(need)} but the cluster has only "
+                f"{_fmt(short)} free now"
+            )
+            continue
+        for k, v in need.items():
+            free[k] = free.get(k, 0.0) - v
+    if problems:
+        raise PlacementError(
+            f"plan {plan.name!r}: {len(problems)} actor(s) cannot be placed:\n  "
+            + "\n  ".join(problems)
+            + "\n(free resources on the cluster, or change the actors' options and recompile)"
+        )

@@ -1,0 +1,458 @@
+"""The per-actor executor: replays one actor's program in a loop thread inside the actor.
+
+The driver drives set-up through ``actor.__ray_call__`` with the module functions at the
+bottom (each batched over all actors, one round at a time):
+
+1. ``setup_probe``   - build the ``ActorLoop`` (resolve methods, decode constants); report
+   node and pid.
+2. ``setup_writers`` - create the writing end of every host channel this actor writes.
+3. ``setup_start``   - attach readers, join communicators, warm every edge once (a PING
+   per host channel, the execution-0 send/recv pairs per communicator), start the loop.
+4. ``wait_loop``     - (in Ray's ``_ray_system`` concurrency group) returns when the loop
+   exits, or fails when the actor dies: the driver's monitor waits on it.
+5. ``stop_loop`` / ``where_blocked`` - teardown and hang reports.
+
+Program semantics (docs/architecture.md): the prologue once (execution 0), then ``ops``
+once per execution; an op with ``exec_offset = 1`` serves the next execution, so values
+live in two tables (``tabs[0]`` for execution ``e``, ``tabs[1]`` for ``e + 1``) that rotate
+after each iteration. A failing user method becomes an ``ErrorValue`` stored as every
+output; a task with an ``ErrorValue`` input skips its call and forwards it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.values import decode_value
+from cgc.runtime.actors import user_object
+from cgc.runtime.channels.comm import reduce_values
+from cgc.runtime.channels.errors import ChannelClosedError, ErrorValue
+from cgc.runtime.endpoints import open_communicator, open_reader, open_writer
+from cgc.runtime.errors import SetupError, mro_names
+from cgc.runtime.optext import op_text
+from cgc.runtime.wire import PING, Ping, input_attr
+
+__all__ = [
+    "ActorLoop",
+    "setup_probe",
+    "setup_writers",
+    "setup_start",
+    "wait_loop",
+    "stop_loop",
+    "where_blocked",
+]
+
+_LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
+_LOOPS_LOCK = threading.Lock()
+_REDUCE = {pb.SUM: "sum", pb.PRODUCT: "product", pb.MAX: "max", pb.MIN: "min", pb.AVG: "avg"}
+
+
+class ActorLoop:
+    """One actor's part of one graph: endpoints, compiled ops, and the loop thread."""
+
+    def __init__(self, gid: str, plan: pb.Plan, actor: str, obj: Any, opts: dict) -> None:
+        self.gid, self.plan, self.actor, self.obj = gid, plan, actor, obj
+        self.prefix: str = opts["prefix"]
+        self.spin_us: float = opts.get("spin_us", 0.0)
+        self.slot_bytes: int = opts.get("slot_bytes", 0)
+        self.force_cpu: bool = opts.get("force_cpu", True)
+        idx = [a.name for a in plan.graph.actors].index(actor)
+        self.program = plan.lowered.programs[idx]
+        self.writers: dict[int, Any] = {}
+        self.readers: dict[int, Any] = {}
+        self.comms: dict[int, Any] = {}
+        self.exec = 0
+        self.pc = -1
+        self.in_prologue = True
+        self.crash: str | None = None
+        self.stopping = False
+        self.exited = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.tabs: list[dict] = [{}, {}]
+        self._methods: dict[int, Any] = {}
+        for op in list(self.program.prologue) + list(self.program.ops):
+            if op.kind == pb.COMPUTE and op.task not in self._methods:
+                node = plan.graph.nodes[op.task]
+                fn = getattr(obj, node.method, None)
+                if not callable(fn):
+                    raise SetupError(
+                        f"actor {actor} ({type(obj).__qualname__}) has no method "
+                        f"{node.method!r} (task {node.name})"
+                    )
+                self._methods[op.task] = fn
+
+    # ------------------------------------------------------------------ set-up
+    def my_channels(self) -> tuple[list[pb.Channel], list[pb.Channel]]:
+        """Host channels this actor writes, and those it reads."""
+        chans = [c for c in self.plan.lowered.channels if c.kind == pb.CHAN_HOST]
+        return ([c for c in chans if c.writer == self.actor],
+                [c for c in chans if self.actor in c.readers])
+
+    def open_writers(self) -> None:
+        for ch in self.my_channels()[0]:
+            self.writers[ch.id] = open_writer(ch, self.prefix, spin_us=self.spin_us,
+                                              default_slot_bytes=self.slot_bytes)
+
+    def open_readers_and_comms(self, timeout: float) -> None:
+        for ch in self.my_channels()[1]:
+            self.readers[ch.id] = open_reader(ch, self.prefix, self.actor,
+                                              spin_us=self.spin_us, timeout=timeout)
+        for comm in self.plan.lowered.communicators:
+            if self.actor in comm.members:
+                backend = "cpu" if self.force_cpu else (comm.backend or "nccl")
+                self.comms[comm.id] = open_communicator(
+                    backend, f"{self.prefix}-g{comm.id}-",
+                    list(comm.members).index(self.actor), len(comm.members))
+
+    def warm(self, timeout: float) -> None:
+        """Send one PING through every edge this actor touches (see module docstring)."""
+        for w in self.writers.values():
+            w.write(PING, timeout)
+        for cid, r in self.readers.items():
+            v = r.read(timeout)
+            if type(v) is not Ping:
+                raise SetupError(f"{self.actor}: warm-up read {v!r} on channel {cid}")
+        low = self.plan.lowered
+        ex0 = list(self.program.prologue) + [o for o in self.program.ops if o.exec_offset == 0]
+        for op in ex0:
+            if op.kind in (pb.SEND, pb.RECV):
+                comm_id = low.channels[op.channel - 1].communicator
+                comm = self.comms[low.communicators[comm_id].id]
+                peer = list(low.communicators[comm_id].members).index(op.peer)
+                if op.kind == pb.SEND:
+                    comm.send(PING, peer)
+                else:
+                    comm.recv(peer)
+
+    # ------------------------------------------------------------------ compile
+    def _compile(self, ops: Any, prologue: bool) -> list[Any]:
+        return [self._compile_op(op, 0 if prologue else op.exec_offset) for op in ops]
+
+    def _compile_op(self, op: pb.Op, off: int) -> Any:
+        tabs, low, graph = self.tabs, self.plan.lowered, self.plan.graph
+        if op.kind == pb.READ:
+            ch = low.channels[op.channel - 1]
+            read, key = self.readers[ch.id].read, (ch.source.node, ch.source.output_index)
+            derive = self._derived_attrs(ch)
+            if not derive:
+                def do_read() -> None:
+                    tabs[off][key] = read()
+                return do_read
+
+            def do_read_whole() -> None:
+                tab = tabs[off]
+                whole = tab[key] = read()
+                for akey, index, field in derive:
+                    try:
+                        tab[akey] = input_attr(whole, index, field)
+                    except Exception as exc:  # noqa: BLE001 - a bad input is the caller's error
+                        tab[akey] = self._error(exc, "<input>", off)
+            return do_read_whole
+        if op.kind == pb.WRITE:
+            write, key = self.writers[op.channel].write, (op.task, op.output_index)
+
+            def do_write() -> None:
+                write(tabs[off][key])
+            return do_write
+        if op.kind == pb.COMPUTE:
+            return self._compile_compute(graph.nodes[op.task], off)
+        if op.kind in (pb.SEND, pb.RECV):
+            ch = low.channels[op.channel - 1]
+            cdesc = low.communicators[ch.communicator]
+            comm, peer = self.comms[cdesc.id], list(cdesc.members).index(op.peer)
+            if op.kind == pb.SEND:
+                send, key = comm.send, (op.task, op.output_index)
+
+                def do_send() -> None:
+                    send(tabs[off][key], peer)
+                return do_send
+            recv, key = comm.recv, (ch.source.node, ch.source.output_index)
+
+            def do_recv() -> None:
+                tabs[off][key] = recv(peer)
+            return do_recv
+        if op.kind == pb.COLL:
+            return self._compile_coll(graph.nodes[op.task], off)
+        raise SetupError(f"{self.actor}: unknown op kind {op.kind} in its program")
+
+    def _derived_attrs(self, ch: pb.Channel) -> list[tuple[tuple[int, int], Any, Any]]:
+        """INPUT_ATTR values this actor needs but only gets through the whole-input channel."""
+        graph = self.plan.graph
+        if graph.nodes[ch.source.node].kind != pb.INPUT:
+            return []
+        own = {c.source.node for c in self.plan.lowered.channels if self.actor in c.readers}
+        out = []
+        for task in self._methods:
+            node = graph.nodes[task]
+            for arg in list(node.args) + [kw.arg for kw in node.kwargs]:
+                if arg.WhichOneof("kind") != "ref" or arg.ref.node in own:
+                    continue
+                src = graph.nodes[arg.ref.node]
+                if src.kind == pb.INPUT_ATTR:
+                    field = src.field if src.key_kind == pb.FIELD else None
+                    item = ((src.id, 0), src.index, field)
+                    if item not in out:
+                        out.append(item)
+        return out
+
+    def _error(self, exc: BaseException, method: str, off: int) -> ErrorValue:
+        tb = exc.__traceback__
+        if tb is not None and tb.tb_next is not None:  # drop the executor's own frame
+            exc = exc.with_traceback(tb.tb_next)
+        return ErrorValue.from_exception(exc, actor=self.actor, method=method,
+                                         exec_index=self.exec + off, mro=mro_names(exc))
+
+    def _compile_compute(self, node: pb.Node, off: int) -> Any:
+        tabs, fn, method, task = self.tabs, self._methods[node.id], node.method, node.id
+        specs = [(True, (a.ref.node, a.ref.output_index)) if a.WhichOneof("kind") == "ref"
+                 else (False, decode_value(a.constant)) for a in node.args]
+        kspecs = [(kw.name, kw.arg.WhichOneof("kind") == "ref",
+                   (kw.arg.ref.node, kw.arg.ref.output_index)
+                   if kw.arg.WhichOneof("kind") == "ref" else decode_value(kw.arg.constant))
+                  for kw in node.kwargs]
+        nret = node.num_returns or 1
+        outs = [(task, i) for i in range(nret)]
+        ev_type = ErrorValue
+
+        def do_compute() -> None:
+            tab = tabs[off]
+            args = [tab[v] if r else v for r, v in specs]
+            kwargs = {n: (tab[v] if r else v) for n, r, v in kspecs} if kspecs else {}
+            err = None
+            for v in args:
+                if type(v) is ev_type:
+                    err = v
+                    break
+            else:
+                for v in kwargs.values():
+                    if type(v) is ev_type:
+                        err = v
+                        break
+            if err is None:
+                try:
+                    result = fn(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - app errors travel as values
+                    err = self._error(exc, method, off)
+            if err is not None:
+                for k in outs:
+                    tab[k] = err
+            elif nret == 1:
+                tab[outs[0]] = result
+            elif isinstance(result, (tuple, list)) and len(result) == nret:
+                for k, v in zip(outs, result, strict=True):
+                    tab[k] = v
+            else:
+                got = f"{len(result)} values" if isinstance(result, (tuple, list)) else \
+                    f"a {type(result).__name__}"
+                bad = ValueError(f"{node.name} returned {got}, the plan expects {nret} "
+                                 f"(num_returns={nret})")
+                for k in outs:
+                    tab[k] = self._error(bad, method, off)
+        return do_compute
+
+    def _compile_coll(self, node: pb.Node, off: int) -> Any:
+        graph, low, tabs = self.plan.graph, self.plan.lowered, self.tabs
+        coll = graph.collectives[node.collective]
+        members = [graph.nodes[n].actor for n in coll.nodes]
+        cdesc = next((c for c in low.communicators if list(c.members) == members), None)
+        if cdesc is None:
+            raise SetupError(f"{self.actor}: no communicator with members {members} for "
+                             f"collective {node.name}")
+        comm = self.comms[cdesc.id]
+        a = node.args[0]
+        in_key, out_key = (a.ref.node, a.ref.output_index), (node.id, 0)
+        red = _REDUCE.get(coll.reduce_op, "sum")
+        kind, rank, world = coll.kind, members.index(self.actor), len(members)
+        ev_type = ErrorValue
+
+        def run(x: Any) -> Any:
+            # Why allgather + local reduce: every member sees every contribution, so an
+            # upstream error on any member reaches all of them (the CPU communicator
+            # reduces locally in rank order too, so results stay bit-identical).
+            parts = comm.allgather(x)
+            for p in parts:
+                if type(p) is ev_type:
+                    return p
+            if kind == pb.ALLGATHER:
+                return parts
+            full = reduce_values(parts, red)
+            if kind == pb.ALLREDUCE:
+                return full
+            n = full.shape[0] // world
+            return full[rank * n:(rank + 1) * n]
+
+        def do_coll() -> None:
+            tab = tabs[off]
+            try:
+                tab[out_key] = run(tab[in_key])
+            except ChannelClosedError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. shapes that differ by member
+                tab[out_key] = self._error(exc, node.name, off)
+        return do_coll
+
+    # ------------------------------------------------------------------ loop
+    def start(self) -> None:
+        prologue = self._compile(self.program.prologue, True)
+        ops = self._compile(self.program.ops, False)
+        prefetch = any(o.exec_offset for o in self.program.ops)
+        self.thread = threading.Thread(target=self._run, args=(prologue, ops, prefetch),
+                                       name=f"cgc-loop-{self.actor}-{self.gid}", daemon=True)
+        self.thread.start()
+
+    def _run(self, prologue: list[Any], ops: list[Any], prefetch: bool) -> None:
+        tabs = self.tabs
+        try:
+            for self.pc, op in enumerate(prologue):
+                op()
+            self.in_prologue = False
+            while True:
+                for self.pc, op in enumerate(ops):
+                    op()
+                self.exec += 1
+                if prefetch:
+                    tabs[0] = tabs[1]
+                    tabs[1] = {}
+                else:
+                    tabs[0].clear()
+        except ChannelClosedError:
+            pass  # teardown or a poisoned peer: the normal way out
+        except BaseException:  # noqa: BLE001 - an executor bug: report it, wake the others
+            import traceback
+
+            self.crash = traceback.format_exc()
+            self.poison()
+        finally:
+            tabs[0].clear()
+            tabs[1].clear()
+            self.close()
+            self.exited.set()
+            with _LOOPS_LOCK:
+                _LOOPS.pop(self.gid, None)
+
+    def poison(self) -> None:
+        """Wake every blocked op of this loop (they raise ChannelClosedError)."""
+        for ep in list(self.writers.values()) + list(self.readers.values()):
+            try:
+                ep.poison()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+        for comm in list(self.comms.values()):
+            try:
+                comm.destroy()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def close(self) -> None:
+        """Close writers (unlinks their segments), detach readers, destroy communicators."""
+        for w in self.writers.values():
+            try:
+                w.close()
+            except Exception:  # noqa: BLE001
+                pass
+        for r in self.readers.values():
+            try:
+                r.detach()
+            except Exception:  # noqa: BLE001
+                pass
+        for comm in self.comms.values():
+            try:
+                comm.destroy()
+            except Exception:  # noqa: BLE001
+                pass
+        self.writers, self.readers, self.comms = {}, {}, {}
+
+    def where(self) -> str:
+        ops = self.program.prologue if self.in_prologue else self.program.ops
+        if self.exited.is_set():
+            return f"{self.actor}: loop exited"
+        if not 0 <= self.pc < len(ops):
+            return f"{self.actor}: starting (execution {self.exec})"
+        part = "prologue" if self.in_prologue else f"execution {self.exec}"
+        return f"{self.actor}: {part}, op {self.pc} {op_text(ops[self.pc], self.plan)}"
+
+
+# ---------------------------------------------------------------------- remote entry points
+# Called as actor.__ray_call__.remote(fn, ...): ``self`` is the actor instance.
+
+
+def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str, opts: dict) -> dict:
+    """Build this actor's loop for graph ``gid``; return where the actor runs."""
+    import os
+
+    import ray
+
+    loop = ActorLoop(gid, pb.Plan.FromString(plan_bytes), actor, user_object(self), opts)
+    with _LOOPS_LOCK:
+        _LOOPS[gid] = loop
+    ctx = ray.get_runtime_context()
+    return {"node": ctx.get_node_id(), "pid": os.getpid()}
+
+
+def _loop(gid: str) -> ActorLoop:
+    with _LOOPS_LOCK:
+        loop = _LOOPS.get(gid)
+    if loop is None:
+        raise SetupError(f"graph {gid} is not set up on this actor (torn down?)")
+    return loop
+
+
+def setup_writers(self: Any, gid: str) -> None:
+    """Create the writing ends of this actor's host channels."""
+    _loop(gid).open_writers()
+
+
+def setup_start(self: Any, gid: str, timeout: float) -> float:
+    """Attach readers, join communicators, warm every edge, start the loop thread.
+
+    Returns the seconds spent; on failure the actor's part is closed again.
+    """
+    t0 = time.perf_counter()
+    loop = _loop(gid)
+    try:
+        loop.open_readers_and_comms(timeout)
+        loop.warm(timeout)
+        loop.start()
+    except BaseException:
+        loop.poison()
+        loop.close()
+        with _LOOPS_LOCK:
+            _LOOPS.pop(gid, None)
+        raise
+    return time.perf_counter() - t0
+
+
+def wait_loop(self: Any, gid: str) -> str | None:
+    """Block until the loop of ``gid`` exits; return its crash traceback, if any."""
+    with _LOOPS_LOCK:
+        loop = _LOOPS.get(gid)
+    if loop is None:
+        return None
+    loop.exited.wait()
+    return loop.crash
+
+
+def stop_loop(self: Any, gid: str) -> bool:
+    """Poison the loop's endpoints so it exits; close them if it never started."""
+    with _LOOPS_LOCK:
+        loop = _LOOPS.get(gid)
+    if loop is None:
+        return False
+    loop.stopping = True
+    loop.poison()
+    if loop.thread is None:  # set-up did not get as far as the loop: clean up here
+        loop.close()
+        loop.exited.set()
+        with _LOOPS_LOCK:
+            _LOOPS.pop(gid, None)
+    return True
+
+
+def where_blocked(self: Any, gid: str) -> str:
+    """One line: which op the loop of ``gid`` is at (for timeout messages)."""
+    with _LOOPS_LOCK:
+        loop = _LOOPS.get(gid)
+    return loop.where() if loop is not None else "no loop"

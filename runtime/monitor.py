@@ -1,0 +1,114 @@
+"""The driver's monitor thread: notices a dead actor or a crashed loop and fails the graph.
+
+Each actor runs ``wait_loop`` in Ray's ``_ray_system`` concurrency group; its ref resolves
+only when the loop exits (a crash, or teardown) or fails when the actor dies. The monitor
+``ray.wait``s on those refs with a 0.5 s poll (so it notices its own stop quickly), and on
+the first one that resolves outside teardown records an ``ActorDiedError`` (or
+``GraphFailedError`` with the loop's traceback) and tears the graph down, which poisons
+every channel so blocked readers and writers wake.
+
+Example::
+
+    mon = Monitor(graph, waiters={ref: "w0"}); mon.start(); ...; mon.stop()
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from cgc.runtime.errors import ActorDiedError, GraphFailedError
+
+__all__ = ["Monitor", "POLL_S"]
+
+POLL_S = 0.5
+
+
+class Monitor:
+    """Watches the per-actor ``wait_loop`` refs of one graph."""
+
+    def __init__(self, graph: Any, waiters: dict[Any, str]) -> None:
+        self.graph = graph
+        self.waiters = dict(waiters)  # ref -> actor name, still pending
+        self._all = dict(waiters)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"cgc-monitor-{graph.gid}",
+                                       daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop polling and join (unless called from the monitor thread itself)."""
+        self._stop.set()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout=2 * POLL_S + 1)
+
+    def loop_refs(self, exclude: set[str]) -> list[Any]:
+        """``wait_loop`` refs of the actors not in ``exclude`` (for teardown to wait on)."""
+        return [r for r, name in self._all.items() if name not in exclude]
+
+    def _run(self) -> None:
+        import ray
+
+        while not self._stop.is_set() and self.waiters:
+            try:
+                ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
+            except Exception:  # noqa: BLE001 - Ray shut down under us
+                return
+            if not ready or self._stop.is_set() or self.graph._closing:
+                continue
+            # Give the others a moment: a crash poisons channels, and the loops it wakes
+            # exit cleanly right after; report the real cause, not the first clean exit.
+            more, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters), timeout=0.2)
+            reasons = [self._classify(r) for r in dict.fromkeys(ready + more)]
+            reasons.sort(key=lambda x: x[0])
+            _, cls, msg, kw = reasons[0]
+            if not self.graph._closing:
+                self.graph.fail(cls, msg, **kw)
+            return
+
+    def _classify(self, ref: Any) -> tuple[int, type, str, dict]:
+        import ray
+
+        name = self.waiters.pop(ref)
+        g = self.graph
+        try:
+            crash = ray.get(ref, timeout=5)
+        except ray.exceptions.RayActorError as exc:
+            g.dead.add(name)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return (0, ActorDiedError,
+                    f"graph {g.name!r}: actor {name} died ({first}); the graph was torn down",
+                    {"actor": name})
+        except Exception as exc:  # noqa: BLE001 - anything else: still a failure
+            return (1, GraphFailedError,
+                    f"graph {g.name!r}: lost actor {name}'s loop: {type(exc).__name__}: {exc}",
+                    {})
+        if crash:
+            return (1, GraphFailedError,
+                    f"graph {g.name!r}: actor {name}'s loop crashed; the graph was torn "
+                    f"down:\n{crash}", {})
+        return (2, GraphFailedError,
+                f"graph {g.name!r}: actor {name}'s loop stopped (a peer failed)", {})
+
+    def where_blocked(self, timeout: float = 1.0) -> list[str]:
+        """Ask each live actor which op its loop is at (one line each; for timeouts)."""
+        import ray
+
+        from cgc.runtime.executor import where_blocked
+
+        g = self.graph
+        names = [n for n in g.actors if n not in g.dead]
+        refs = [g.actors[n].__ray_call__.remote(where_blocked, g.gid) for n in names]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        out = []
+        for n, r in zip(names, refs, strict=True):
+            if r in ready:
+                try:
+                    out.append(ray.get(r))
+                except Exception as exc:  # noqa: BLE001
+                    out.append(f"{n}: unknown ({type(exc).__name__})")
+            else:
+                out.append(f"{n}: not answering (busy in a method call?)")
+        return out

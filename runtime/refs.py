@@ -1,0 +1,70 @@
+"""``Ref``: the handle ``CompiledGraph.execute()`` returns for one output of one execution.
+
+``ref.get(timeout)`` returns the value or raises (the user's exception type for a failing
+method, a typed cgc error for timeouts and failures); each result is fetched exactly once;
+results may be fetched in any order; dropping a ref frees its result. ``await ref`` runs the
+same ``get`` on the graph's small thread pool (one mechanism for sync and async).
+
+Example::
+
+    ref = graph.execute(3)
+    value = ref.get(timeout=5)          # or: value = await ref
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from cgc.runtime.errors import RefConsumedError
+
+if TYPE_CHECKING:
+    from cgc.runtime.driver import CompiledGraph
+
+__all__ = ["Ref"]
+
+
+class Ref:
+    """One output of one execution: ``get()`` it once, or ``await`` it."""
+
+    __slots__ = ("_graph", "exec_index", "output_index", "_done", "__weakref__")
+
+    def __init__(self, graph: CompiledGraph, exec_index: int, output_index: int) -> None:
+        self._graph = graph
+        self.exec_index = exec_index
+        self.output_index = output_index
+        self._done = False
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Wait for the value and return it (``timeout`` None: the graph's get timeout).
+
+        Example: ``graph.execute(1).get(timeout=2.0)``.
+
+        Raises:
+            RemoteError: the method raised; also an instance of the original exception
+                type, naming actor, method and execution index.
+            GetTimeoutError: not ready in time (says where each actor is blocked).
+            ActorDiedError / GraphFailedError: an actor or its loop failed.
+            GraphTornDownError: the graph was torn down before the value was read.
+            RefConsumedError: this ref was already fetched.
+        """
+        if self._done:
+            raise RefConsumedError(
+                f"the result of execution {self.exec_index} (output {self.output_index}) was "
+                "already fetched; each ref can be fetched once"
+            )
+        return self._graph._get(self, timeout)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._graph._await(self).__await__()
+
+    def __del__(self) -> None:
+        if not self._done:
+            try:
+                self._graph._dropped.append(self.exec_index)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+    def __repr__(self) -> str:
+        state = "fetched" if self._done else "pending"
+        return f"<cgc.Ref execution {self.exec_index} output {self.output_index} ({state})>"

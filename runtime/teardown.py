@@ -1,0 +1,111 @@
+"""Tearing a graph down: wake everything, wait for the loops, free every resource.
+
+Order matters: (1) poison every host channel by name (wakes blocked actors *and* driver
+threads: pending ``get()``s raise instead of hanging); (2) ask live actors to stop (closes
+communicators, covers channels the driver cannot reach); (3) wait up to the teardown timeout
+for the loops to exit (they close their own endpoints, so writers unlink their segments);
+(4) stop the monitor; (5) close the driver's endpoints; (6) kill the actors the plan
+created; (7) unlink whatever a dead process left under the graph's prefix; (8) stop the
+async pool.
+
+Example: ``teardown_graph(graph)`` (``CompiledGraph.teardown`` calls it once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from cgc.plan_schema import plan_pb2 as pb
+
+__all__ = ["teardown_graph", "poison_all"]
+
+log = logging.getLogger("cgc.runtime")
+
+
+def poison_all(graph: Any) -> None:
+    """Poison every host channel of the graph that lives on this node."""
+    from cgc.runtime.endpoints import poison_channel
+
+    for ch in graph.plan.proto.lowered.channels:
+        if ch.kind == pb.CHAN_HOST:
+            try:
+                poison_channel(graph.prefix, ch.id)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+
+def teardown_graph(g: Any) -> None:
+    import ray
+
+    poison_all(g)
+    live = {n: h for n, h in g.actors.items() if n not in g.dead}
+    ray_up = ray.is_initialized()
+    stops = []
+    if ray_up:
+        from cgc.runtime.executor import stop_loop
+
+        for h in live.values():
+            try:
+                stops.append(h.__ray_call__.remote(stop_loop, g.gid))
+            except Exception:  # noqa: BLE001 - the actor may be gone
+                pass
+        waits = g.monitor.loop_refs(g.dead) if g.monitor is not None else stops
+        if waits:
+            try:
+                ready, not_ready = ray.wait(waits, num_returns=len(waits),
+                                            timeout=g.teardown_timeout)
+            except Exception:  # noqa: BLE001
+                not_ready = []
+            if not_ready:
+                log.warning("cgc: graph %r: %d actor loop(s) did not stop within %.1f s",
+                            g.name, len(not_ready), g.teardown_timeout)
+    if g.monitor is not None:
+        g.monitor.stop()
+    _close_driver_endpoints(g)
+    if ray_up:
+        for name in g.created:
+            try:
+                ray.kill(g.actors[name], no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+    try:
+        from cgc.runtime.channels.shm import cleanup_segments
+
+        cleanup_segments(g.prefix)
+    except Exception:  # noqa: BLE001
+        pass
+    pool, g._pool = g._pool, None
+    if pool is not None:
+        on_pool = threading.current_thread().name.startswith(f"cgc-async-{g.gid}")
+        pool.shutdown(wait=not on_pool, cancel_futures=True)
+
+
+def _close_driver_endpoints(g: Any) -> None:
+    # Why the locks: another thread may still be inside a (now poisoned) read or write;
+    # unmapping under it would fail. Poisoned calls return at once, so the wait is short.
+    got_submit = g._submit_lock.acquire(timeout=2.0)
+    got_read = g._read_lock.acquire(timeout=2.0)
+    try:
+        if got_submit:
+            for w in g._in_writers:
+                try:
+                    w.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            g._in_writers = []
+            g._inputs = []
+        if got_read:
+            for r in g._out_readers:
+                try:
+                    r.detach()
+                except Exception:  # noqa: BLE001
+                    pass
+            g._out_readers = []
+            g._room.notify_all()
+    finally:
+        if got_read:
+            g._read_lock.release()
+        if got_submit:
+            g._submit_lock.release()
