@@ -11,7 +11,13 @@ from typing import Any
 from cgc.errors import CompileError
 from cgc.frontend import walk
 from cgc.frontend.collectives import CollectiveNode
-from cgc.frontend.nodes import CallNode, InputAttributeNode, InputNode, MultiOutputNode
+from cgc.frontend.nodes import (
+    CallNode,
+    InputAttributeNode,
+    InputNode,
+    MultiOutputNode,
+    OutputRef,
+)
 from cgc.frontend.reporter import Names
 
 __all__ = ["validate_structure"]
@@ -93,16 +99,29 @@ def _check_problems(names: Names, got: walk.Collected, out_loc: Any) -> None:
                 loc=where)
 
 
+def _consumers(node: Any) -> list[Any]:
+    out = []
+    for d in node._downstream:
+        out.extend(_consumers(d) if isinstance(d, OutputRef) else [d])
+    return out
+
+
 def _check_dangling(names: Names, inp: InputNode, extra: list[Any]) -> None:
-    for n in extra:
-        if isinstance(n, (CallNode, CollectiveNode)):
-            if walk.upstream_inputs(n) - {id(inp)}:
-                continue  # part of another graph that shares an actor: not ours to judge
-            raise names.fail(
-                n, "its result reaches no output (a dangling node: errors in it could never "
-                "be reported, and Ray Compiled Graph rejects such leaf nodes too)",
-                "use its result in a later .bind(...) or add it to MultiOutputNode([...]); "
-                "delete the call if it is not needed")
+    dangling = [n for n in extra if isinstance(n, (CallNode, CollectiveNode))
+                # a node fed by another InputNode belongs to another graph sharing an actor
+                and not walk.upstream_inputs(n) - {id(inp)}]
+    if dangling:
+        ids = {id(n) for n in dangling}
+        # Report the end of a dangling chain: that is the result the user forgot.
+        leaves = [n for n in dangling if not any(id(c) in ids for c in _consumers(n))]
+        n = (leaves or dangling)[0]
+        more = f" ({len(dangling) - 1} more node(s) feed only it or other dangling nodes)" \
+            if len(dangling) > 1 else ""
+        raise names.fail(
+            n, "its result reaches no output (a dangling node: errors in it could never "
+            f"be reported, and Ray Compiled Graph rejects such leaf nodes too){more}",
+            "use its result in a later .bind(...) or add it to MultiOutputNode([...]); "
+            "delete the call if it is not needed")
     for n in extra:
         if isinstance(n, InputAttributeNode) and n.input_node is inp:
             raise names.fail(
