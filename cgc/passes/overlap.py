@@ -44,9 +44,11 @@ def _vector_clocks(plan: pb.Plan) -> dict[tuple[str, int], dict[str, int]]:
     vc: dict[tuple[str, int], dict[str, int]] = {}
     written: dict[int, dict[str, int]] = {}
     members: dict[int, list[str]] = {}
+    coll_of: dict[int, int] = {}
     for coll in plan.graph.collectives:
         for n in coll.nodes:
             members[n] = [plan.graph.nodes[m].actor for m in coll.nodes]
+            coll_of[n] = coll.id
 
     def before(a: str) -> dict[str, int]:
         return dict(vc[(a, pc[a] - 1)]) if pc[a] else {}
@@ -91,7 +93,10 @@ def _vector_clocks(plan: pb.Plan) -> dict[tuple[str, int], dict[str, int]]:
                 else:
                     group = members.get(op.task, [a])
                     heads = [progs[m][pc[m]] if pc[m] < len(progs[m]) else None for m in group]
-                    if any(h is None or h.kind != pb.COLL or h.seq != op.seq for h in heads):
+                    if any(
+                        h is None or h.kind != pb.COLL or coll_of.get(h.task) != coll_of[op.task]
+                        for h in heads
+                    ):
                         break
                     clock = join(*(before(m) for m in group))
                     for m in group:

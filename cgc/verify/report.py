@@ -50,13 +50,13 @@ def waits_for(sim: Any, name: str) -> list[tuple[str, str]]:
     if op.kind == pb.COLL:
         out = []
         for actor in sim.coll_members.get(op.task, []):
-            q = sim.procs[actor]
+            h = sim.procs[actor].head
             if (
-                q.head is None
-                or isinstance(q.head[0], tuple)
-                or q.head[0].kind != pb.COLL
-                or q.head[0].seq != op.seq
-                or q.head[1] != e
+                h is None
+                or isinstance(h[0], tuple)
+                or h[0].kind != pb.COLL
+                or h[1] != e
+                or sim.coll_of.get(h[0].task) != sim.coll_of.get(op.task)
             ):
                 out.append((actor, f"COLL #{op.seq} of node {op.task}"))
         return out

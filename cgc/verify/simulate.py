@@ -79,11 +79,13 @@ class _Sim:
         self.order = [p.actor for p in plan.lowered.programs] + [DRIVER]
         self.writes = {c: 0 for c in self.channels}
         self.reads = {c: {r: 0 for r in ch.readers} for c, ch in self.channels.items()}
-        members = {}
+        members, coll_of = {}, {}
         for coll in plan.graph.collectives:
             for nid in coll.nodes:
                 members[nid] = [plan.graph.nodes[m].actor for m in coll.nodes]
+                coll_of[nid] = coll.id
         self.coll_members = members
+        self.coll_of = coll_of
         self.stepped = 0
 
     # ---- one step of one process; returns True if it moved
@@ -155,7 +157,9 @@ class _Sim:
             if q.head is None or isinstance(q.head[0], tuple):
                 return False
             qop, qe = q.head
-            if qop.kind != pb.COLL or qop.seq != op.seq or qe != e:
+            if qop.kind != pb.COLL or qe != e:
+                return False
+            if self.coll_of.get(qop.task) != self.coll_of.get(op.task) or qop.seq != op.seq:
                 return False
             procs.append(q)
         return self._advance(*procs)

@@ -77,18 +77,20 @@ class GraphBuilder:
                 h.hint.device = device
         return n.id
 
-    def allreduce(self, inputs: list[Ref], hint: int | None = pb.NCCL) -> list[int]:
+    def allreduce(self, inputs: list[Ref], actors: list[str] | None = None) -> list[int]:
+        """One allreduce; member k runs on ``actors[k]`` (default: the input's actor)."""
         c = self.g.collectives.add(id=len(self.g.collectives), kind=pb.ALLREDUCE)
         ids = []
-        for ref in inputs:
+        for k, ref in enumerate(inputs):
             src = self.g.nodes[ref if isinstance(ref, int) else ref[0]]
-            i = self._bind.get(src.actor, 0)
-            self._bind[src.actor] = i + 1
+            actor = actors[k] if actors else src.actor
+            i = self._bind.get(actor, 0)
+            self._bind[actor] = i + 1
             n = self._node(
                 pb.COLLECTIVE,
-                actor=src.actor,
+                actor=actor,
                 method="allreduce",
-                name=f"{src.actor}.allreduce#{i}",
+                name=f"{actor}.allreduce#{i}",
                 bind_index=i,
                 collective=c.id,
             )
