@@ -99,7 +99,7 @@ def register_communicator(backend: str, factory: Callable[[str, int, int], Any])
 
 
 def _cpu_factory(group: str, rank: int, world: int) -> Any:
-    from cgc.runtime.channels import CpuCommunicator
+    from cgc.runtime.channels.cpu_comm import CpuCommunicator
 
     return CpuCommunicator(group, rank, world)
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.driver import CompiledGraph
 from cgc.runtime.errors import CgcError, SetupError
 from cgc.runtime.wire import PING, Ping, input_value
@@ -176,12 +177,15 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
     left = max(1.0, deadline - time.monotonic())
     refs = {h.__ray_call__.remote(ex.setup_start, graph.gid, left): n
             for n, h in handles.items()}
-    for w in graph._in_writers:
-        w.write(PING, left)
     uniq = list(dict.fromkeys(low.output_channels))
-    for cid in uniq:
-        graph._out_readers.append(open_reader(by_id[cid], graph.prefix, DRIVER,
-                                              spin_us=cfg["spin_us"], timeout=left))
+    try:
+        for w in graph._in_writers:
+            w.write(PING, left)
+        for cid in uniq:
+            graph._out_readers.append(open_reader(by_id[cid], graph.prefix, DRIVER,
+                                                  spin_us=cfg["spin_us"], timeout=left))
+    except ChannelClosedError:
+        pass  # an actor's set-up failed and poisoned its channels: _gather says why
     graph._out_pos = [uniq.index(c) for c in low.output_channels]
     _gather(refs, deadline, "warming up the channels")
     for r in graph._out_readers:

@@ -1,0 +1,129 @@
+"""``cgc run PLAN``: run a plan on Ray and report latency, throughput and set-up time.
+
+Inputs come from the plan's stored example inputs, or ``--input '[1, "a"]'`` (a JSON list
+of positional arguments). ``--json`` prints one JSON object::
+
+    {"plan": ..., "iters": N, "outputs": ..., "latency_us": {"p50": .., "p90": .., "p99": ..},
+     "throughput_per_s": .., "setup_s": ..}
+
+Example: ``cgc run echo.cgplan --iters 1000 --json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+from cgc.plan_schema.errors import EXIT_USAGE, CgcError
+
+__all__ = ["run_cmd"]
+
+
+class InputError(CgcError):
+    """No inputs to run the plan with, or ``--input`` is not a JSON list."""
+
+    exit_code = EXIT_USAGE
+
+
+def _jsonable(v: Any) -> Any:
+    """``v`` as JSON values where possible (lists element-wise), else its ``repr``."""
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    try:
+        return json.loads(json.dumps(v, allow_nan=False))
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    if not sorted_vals:
+        return float("nan")
+    k = min(len(sorted_vals) - 1, max(0, math.ceil(q / 100 * len(sorted_vals)) - 1))
+    return sorted_vals[k]
+
+
+def _inputs(plan: Any, input_json: str | None) -> tuple[list[Any], dict[str, Any]]:
+    if input_json is not None:
+        try:
+            args = json.loads(input_json)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--input is not valid JSON: {exc}") from None
+        if not isinstance(args, list):
+            raise InputError("--input must be a JSON list of positional arguments, "
+                             "e.g. --input '[1, \"a\"]'")
+        return args, {}
+    proto = plan.proto
+    if not proto.has_example_inputs:
+        raise InputError(
+            f"plan {plan.name!r} stores no example inputs; pass the positional arguments as "
+            "a JSON list: cgc run PLAN --input '[1, \"a\"]' (or define example_inputs() in "
+            "the model file and compile again)")
+    from cgc.plan_schema.values import decode_value
+
+    args = [decode_value(v) for v in proto.example_args]
+    kwargs = {nv.name: decode_value(nv.value) for nv in proto.example_kwargs}
+    return args, kwargs
+
+
+@click.command("run")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--iters", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Timed executions.")
+@click.option("--warmup", default=10, show_default=True, type=click.IntRange(min=0),
+              help="Untimed executions first.")
+@click.option("--address", default=None, help="Ray cluster to join ('auto' or a URL); "
+              "default: start a local Ray sized for the plan.")
+@click.option("--input", "input_json", default=None, metavar="JSON",
+              help="Positional arguments as a JSON list (default: the stored example inputs).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--submit-timeout", type=float, default=None, metavar="S",
+              help="Override the plan's submit timeout (0 = none).")
+@click.option("--get-timeout", type=float, default=None, metavar="S",
+              help="Override the plan's get timeout (0 = none).")
+@click.option("--trust", is_flag=True, help="Load a plan that holds pickled values.")
+def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
+            input_json: str | None, as_json: bool, submit_timeout: float | None,
+            get_timeout: float | None, trust: bool) -> None:
+    """Run PLAN on Ray and report latency percentiles, throughput and set-up time."""
+    import time
+
+    from cgc.runtime import load
+
+    plan = load(plan_path, trust=trust)
+    args, kwargs = _inputs(plan, input_json)
+    with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout) as graph:
+        def once() -> Any:
+            r = graph.execute(*args, **kwargs)
+            return [x.get() for x in r] if isinstance(r, list) else r.get()
+
+        outputs = once()
+        for _ in range(warmup):
+            once()
+        lat: list[float] = []
+        t_all = time.perf_counter()
+        err = click.get_text_stream("stderr")
+        with click.progressbar(range(iters), label=f"running {plan.name}", file=err) as bar:
+            for _ in bar:
+                t0 = time.perf_counter()
+                once()
+                lat.append(time.perf_counter() - t0)
+        total = time.perf_counter() - t_all
+        setup = graph.setup_seconds
+    lat.sort()
+    us = {f"p{q}": round(_percentile(lat, q) * 1e6, 1) for q in (50, 90, 99)}
+    thr = iters / total if total > 0 else float("inf")
+    if as_json:
+        click.echo(json.dumps({
+            "plan": plan.name, "iters": iters, "outputs": _jsonable(outputs), "latency_us": us,
+            "throughput_per_s": round(thr, 1), "setup_s": round(setup, 3),
+        }))
+        return
+    click.echo(f"plan {plan.name}: {iters} executions (after {warmup} warm-up)")
+    click.echo(f"  outputs      {outputs!r}")
+    click.echo(f"  latency      p50 {us['p50']:.1f} us   p90 {us['p90']:.1f} us   "
+               f"p99 {us['p99']:.1f} us")
+    click.echo(f"  throughput   {thr:,.0f} executions/s (one in flight)")
+    click.echo(f"  set-up       {setup:.2f} s")
