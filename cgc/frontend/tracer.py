@@ -112,7 +112,11 @@ class _Tracer:
         calls = [n for n in (got.nodes if cycle else order)
                  if isinstance(n, (CallNode, CollectiveNode))]
         graph_ids = set(got.members)
-        extra = walk.closure(graph_ids, got.nodes)
+        ours = {id(n) for n in got.nodes if isinstance(n, InputNode)}
+        # Calls fed by another InputNode belong to another graph that shares an actor.
+        extra = [e for e in walk.closure(graph_ids, got.nodes)
+                 if not isinstance(e, (CallNode, CollectiveNode))
+                 or not walk.upstream_inputs(e) - ours]
         actors = self._name_everything(calls, extra)
         validate_structure(self.names, outputs, got, cycle, extra, out_loc)
         return self._emit(outputs, multi, out_loc, got, order, actors)

@@ -294,3 +294,13 @@ def test_two_fresh_processes_give_identical_bytes(tmp_path):
     outs = [subprocess.run([sys.executable, "-c", script], capture_output=True, check=True).stdout
             for _ in range(2)]
     assert outs[0] == outs[1] and len(outs[0]) > 100
+
+
+def test_actor_shared_by_two_graphs_numbers_each_graph_densely():
+    w = Worker.bind()
+    with InputNode() as inp1:
+        first = w.fwd.bind(inp1)
+    with InputNode() as inp2:
+        second = w.add.bind(inp2, 1)
+    assert [n.name for n in trace(first).graph.nodes] == ["input", "worker.fwd#0", "output"]
+    assert [n.name for n in trace(second).graph.nodes] == ["input", "worker.add#0", "output"]
