@@ -39,9 +39,13 @@ Example:
 
 from __future__ import annotations
 
+from .comm import Communicator, ReduceOp
+from .cpu_comm import CpuCommunicator
 from .errors import ChannelClosedError, ChannelError, ChannelTimeoutError, ErrorValue
 from .ring import ShmRingReader, ShmRingWriter
 from .shm import cleanup_segments, list_segments
+from .tcp import ChannelSequenceError, TcpReader, TcpWriter
 
-__all__ = ["ChannelClosedError", "ChannelError", "ChannelTimeoutError", "ErrorValue",
-           "ShmRingReader", "ShmRingWriter", "cleanup_segments", "list_segments"]
+__all__ = ["ChannelClosedError", "ChannelError", "ChannelSequenceError", "ChannelTimeoutError",
+           "Communicator", "CpuCommunicator", "ErrorValue", "ReduceOp", "ShmRingReader",
+           "ShmRingWriter", "TcpReader", "TcpWriter", "cleanup_segments", "list_segments"]

@@ -259,6 +259,17 @@ class ShmRingWriter(_Endpoint):
                 futex_wake(self._seg.addr + _H_WSEQ)
                 break
 
+    def _linger(self, linger: float) -> None:
+        q, end = self._q, time.monotonic() + linger
+        for ri in self._rseqs:
+            rem = end - time.monotonic()
+            if q[ri] >= self._seq or rem <= 0:
+                continue
+            try:
+                self._wait(lambda ri=ri: q[ri] >= self._seq, ri * 8, _H_WWAIT // 4, rem, "close")
+            except (ChannelTimeoutError, ChannelClosedError):
+                return
+
     @staticmethod
     def poison_by_name(name: str) -> bool:
         """Poison channel ``name`` from any process (e.g. a monitor that saw a peer die).
@@ -283,10 +294,18 @@ class ShmRingWriter(_Endpoint):
         """Data blocks currently allocated (in use or pooled) - for tests and stats."""
         return self._pool.live_blocks()
 
-    def close(self) -> None:
-        """Close: wake all waiters with ChannelClosedError, unlink ring and blocks. Idempotent."""
+    def close(self, linger: float = 0.0) -> None:
+        """Close: wake all waiters with ChannelClosedError, unlink ring and blocks. Idempotent.
+
+        Args:
+            linger: first wait up to this many seconds for every reader to consume what was
+                written (stops early if any side closes or poisons the channel) - so values
+                in data blocks are not unlinked under a reader that is about to read them.
+        """
         if getattr(self, "_seg", None) is None:
             return
+        if linger > 0:
+            self._linger(linger)
         _set_closed(self._seg, 1)
         self._pool.close()
         self._release_views()

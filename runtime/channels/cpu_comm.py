@@ -1,0 +1,173 @@
+"""CPU communicator: NCCL's blocking semantics over shared-memory rings, for CPU-only runs.
+
+Names (all under the group ``prefix``; no set-up round trips: rank r creates the rings it
+writes and attaches to its peers' rings by name on first use):
+
+- ``<prefix>p<i>-<j>``: 1-slot data ring, rank i → rank j (created by i);
+- ``<prefix>a<i>-<j>``: 1-slot acknowledgement ring, j → i (created by j): ``send`` returns
+  only after the receiver acknowledged, which is NCCL's rendezvous;
+- ``<prefix>c<r>``: rank r's collective ring, read by all other ranks. Each rank writes its
+  contribution once and reduces all contributions locally in rank order, so every rank
+  gets a bit-identical result. A tag (op, call number) catches mismatched call orders.
+
+Example (two ranks in two threads):
+    >>> import threading, numpy as np
+    >>> from cgc.runtime.channels.cpu_comm import CpuCommunicator
+    >>> out = {}
+    >>> def run(r):
+    ...     c = CpuCommunicator("cgc-doc-comm-", r, 2)
+    ...     out[r] = c.allreduce(np.array([r + 1.0]))
+    ...     c.destroy()
+    >>> ts = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
+    >>> _ = [t.start() for t in ts]; _ = [t.join() for t in ts]
+    >>> out[0].tolist(), out[1].tolist()
+    ([3.0], [3.0])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .comm import Communicator, ReduceOp, reduce_values
+from .errors import ChannelError
+from .ring import ShmRingReader, ShmRingWriter
+
+__all__ = ["CpuCommunicator"]
+
+
+def _op(op: ReduceOp | str) -> ReduceOp:
+    return ReduceOp(op.lower()) if isinstance(op, str) else ReduceOp(op)
+
+
+class CpuCommunicator(Communicator):
+    """Rank ``rank`` of a ``world_size`` group whose segment names start with ``prefix``."""
+
+    def __init__(self, prefix: str, rank: int, world_size: int, slot_bytes: int = 1 << 16,
+                 attach_timeout: float = 60.0, spin_us: float = 0.0) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} not in 0..{world_size - 1}")
+        self.prefix = prefix
+        self.rank = rank
+        self.world_size = world_size
+        self._attach_timeout = attach_timeout
+        self._spin = spin_us
+        self._peers = [p for p in range(world_size) if p != rank]
+        mk = ShmRingWriter.create
+        self._data_out = {p: mk(f"{prefix}p{rank}-{p}", 1, slot_bytes, 1, spin_us)
+                          for p in self._peers}
+        self._ack_out = {p: mk(f"{prefix}a{p}-{rank}", 1, 64, 1, spin_us) for p in self._peers}
+        self._coll_out = (mk(f"{prefix}c{rank}", 1, slot_bytes, world_size - 1, spin_us)
+                          if world_size > 1 else None)
+        self._readers: dict[str, ShmRingReader] = {}
+        self._attached: set[int] = set()
+        self._ncoll = 0
+
+    def _attach_peer(self, p: int) -> None:
+        # Why all of p's rings, before our first write to p: p can only finish an op with
+        # us after reading what we write, so p's destroy() never unlinks a ring we have yet
+        # to map (and destroy's linger covers values p wrote that we have yet to read).
+        pre, r = self.prefix, self.rank
+        for name, idx in ((f"{pre}p{p}-{r}", 0), (f"{pre}a{r}-{p}", 0),
+                          (f"{pre}c{p}", r if r < p else r - 1)):
+            self._readers[name] = ShmRingReader.attach(name, idx, self._spin,
+                                                       self._attach_timeout)
+        self._attached.add(p)
+
+    def _reader(self, name: str, peer: int) -> ShmRingReader:
+        r = self._readers.get(name)
+        if r is None:
+            self._attach_peer(peer)
+            r = self._readers[name]
+        return r
+
+    def _check_peer(self, peer: int) -> None:
+        if peer == self.rank or not 0 <= peer < self.world_size:
+            raise ValueError(f"rank {self.rank}: bad peer {peer} (world size {self.world_size})")
+
+    def send(self, value: Any, peer: int, timeout: float | None = None) -> None:
+        """Rendezvous send: returns after rank ``peer``'s ``recv`` took the value.
+
+        Raises:
+            ChannelTimeoutError, ChannelClosedError, ValueError (bad peer).
+        """
+        self._check_peer(peer)
+        if peer not in self._attached:
+            self._attach_peer(peer)  # before writing: see _attach_peer
+        self._data_out[peer].write(value, timeout)
+        self._reader(f"{self.prefix}a{self.rank}-{peer}", peer).read(timeout)
+
+    def recv(self, peer: int, shape: Any = None, dtype: Any = None,
+             timeout: float | None = None) -> Any:
+        """Take the next value from ``peer`` and release its blocked ``send``.
+
+        Raises:
+            ChannelTimeoutError, ChannelClosedError, ValueError (bad peer).
+        """
+        self._check_peer(peer)
+        v = self._reader(f"{self.prefix}p{peer}-{self.rank}", peer).read(timeout)
+        self._ack_out[peer].write(None, timeout)
+        return v
+
+    def _exchange(self, tag: str, value: Any, timeout: float | None) -> list[Any]:
+        self._ncoll += 1
+        key = (tag, self._ncoll)
+        if self._coll_out is None:
+            return [value]
+        for p in self._peers:
+            if p not in self._attached:
+                self._attach_peer(p)  # before writing: see _attach_peer
+        self._coll_out.write((key, value), timeout)
+        out = []
+        for p in range(self.world_size):
+            if p == self.rank:
+                out.append(value)
+                continue
+            got_key, v = self._reader(f"{self.prefix}c{p}", p).read(timeout)
+            if got_key != key:
+                raise ChannelError(f"rank {self.rank}: collective mismatch: this rank runs "
+                                   f"{key}, rank {p} runs {got_key}")
+            out.append(v)
+        return out
+
+    def allreduce(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
+                  timeout: float | None = None) -> Any:
+        """Elementwise ``op`` over all ranks (numpy or torch); same result on every rank.
+
+        Raises:
+            ValueError: shapes/dtypes differ between ranks. ChannelError: call orders differ.
+        """
+        op = _op(op)
+        return reduce_values(self._exchange(f"allreduce.{op.value}", value, timeout), op)
+
+    def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
+        """Every rank's value, in rank order."""
+        return self._exchange("allgather", value, timeout)
+
+    def reducescatter(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
+                      timeout: float | None = None) -> Any:
+        """Reduce over ranks, return chunk ``rank`` of dim 0.
+
+        Raises:
+            ValueError: dim 0 not divisible by the world size, or shapes differ.
+        """
+        if value.shape[0] % self.world_size:
+            raise ValueError(f"reducescatter: dim 0 ({value.shape[0]}) is not divisible by "
+                             f"world size {self.world_size}")
+        op = _op(op)
+        full = reduce_values(self._exchange(f"reducescatter.{op.value}", value, timeout), op)
+        n = value.shape[0] // self.world_size
+        return full[self.rank * n:(self.rank + 1) * n].copy() if hasattr(full, "copy") \
+            else full[self.rank * n:(self.rank + 1) * n].clone()
+
+    def destroy(self, linger: float = 2.0) -> None:
+        """Close every ring this rank owns (peers blocked on it raise ChannelClosedError).
+
+        Waits up to ``linger`` s for peers to take values still in flight (e.g. this rank's
+        part of the last collective), so finishing first never breaks a slower peer.
+        """
+        for w in [*self._data_out.values(), *self._ack_out.values(), self._coll_out]:
+            if w is not None:
+                w.close(linger=linger)
+        for r in self._readers.values():
+            r.detach()
+        self._readers.clear()

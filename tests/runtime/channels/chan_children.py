@@ -1,0 +1,156 @@
+"""Child-process entry points for cross-process channel tests (run under 'spawn')."""
+
+from __future__ import annotations
+
+import resource
+import time
+import traceback
+
+
+def _report(q, fn, *args):
+    try:
+        q.put(("ok", fn(*args)))
+    except BaseException as e:  # noqa: BLE001 - the parent asserts on the type name
+        q.put(("err", type(e).__name__, str(e), traceback.format_exc()))
+
+
+def idle_reader(q, name, seconds):
+    """Block on an empty channel; report (wall s, cpu s, error type)."""
+    from cgc.runtime.channels import ChannelTimeoutError, ShmRingReader
+
+    def run():
+        r = ShmRingReader.attach(name, 0)
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.monotonic()
+        try:
+            r.read(timeout=seconds)
+            err = None
+        except ChannelTimeoutError as e:
+            err = type(e).__name__
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        r.detach()
+        cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+        return time.monotonic() - t0, cpu, err
+
+    _report(q, run)
+
+
+def blocked_reader(q, name, index):
+    """Read until an error; report the values and the error type."""
+    from cgc.runtime.channels import ShmRingReader
+
+    def run():
+        r = ShmRingReader.attach(name, index)
+        q.put(("ready",))
+        got = []
+        try:
+            while True:
+                got.append(r.read(timeout=20))
+        except Exception as e:  # noqa: BLE001
+            return got, type(e).__name__
+        finally:
+            r.detach()
+
+    _report(q, run)
+
+
+def blocked_writer(q, name):
+    """Write until an error (the ring fills up: nobody reads); report the error type."""
+    from cgc.runtime.channels import ShmRingWriter
+
+    def run():
+        w = ShmRingWriter.create(name, slots=2, slot_bytes=256)
+        q.put(("ready",))
+        n = 0
+        try:
+            while True:
+                w.write(n, timeout=20)
+                n += 1
+        except Exception as e:  # noqa: BLE001
+            return n, type(e).__name__
+        finally:
+            w.close()
+
+    _report(q, run)
+
+
+def echo_reader(q, name_in, name_out, count):
+    """Read ``count`` values from one ring and write them back on another."""
+    from cgc.runtime.channels import ShmRingReader, ShmRingWriter
+
+    def run():
+        r = ShmRingReader.attach(name_in, 0)
+        w = ShmRingWriter.create(name_out, slots=2, slot_bytes=4096)
+        for _ in range(count):
+            w.write(r.read(timeout=20), timeout=20)
+        w.close(linger=10)
+        r.detach()
+        return count
+
+    _report(q, run)
+
+
+def tcp_reader(q, port, count):
+    """Read ``count`` values over TCP; report them summarized, then the terminal error."""
+    import numpy as np
+
+    from cgc.runtime.channels import TcpReader
+
+    def run():
+        r = TcpReader.connect("127.0.0.1", port, timeout=20)
+        out = []
+        for _ in range(count):
+            v = r.read(timeout=20)
+            out.append(int(v.sum()) if isinstance(v, np.ndarray) else v)
+        try:
+            r.read(timeout=20)
+            end = None
+        except Exception as e:  # noqa: BLE001
+            end = type(e).__name__
+        r.close()
+        return out, end
+
+    _report(q, run)
+
+
+def comm_rank(q, prefix, rank, world, script):
+    """Run a communicator script on one rank; report its results."""
+    import numpy as np
+    import torch
+
+    from cgc.runtime.channels import CpuCommunicator
+
+    def run():
+        c = CpuCommunicator(prefix, rank, world, attach_timeout=30)
+        out = []
+        try:
+            if script == "rendezvous":
+                if rank == 0:
+                    c.send("sync", 1, timeout=20)
+                    t0 = time.monotonic()
+                    c.send(np.arange(5), 1, timeout=20)
+                    out.append(time.monotonic() - t0)  # ~ the receiver's delay
+                    c.send({"k": 2}, 1, timeout=20)
+                    out.append(c.recv(1, timeout=20))
+                else:
+                    assert c.recv(0, timeout=20) == "sync"
+                    time.sleep(0.5)
+                    out.append(c.recv(0, timeout=20).tolist())
+                    out.append(c.recv(0, timeout=20))
+                    c.send("back", 0, timeout=20)
+            else:
+                x = np.arange(6, dtype=np.float64) + rank
+                t = torch.arange(6, dtype=torch.float32) * (rank + 1)
+                for op in ("sum", "product", "max", "min", "avg"):
+                    out.append((op, c.allreduce(x, op, timeout=20).tolist(),
+                                c.allreduce(t, op, timeout=20).tolist()))
+                out.append(("gather", [v.tolist() for v in c.allgather(x, timeout=20)]))
+                big = np.full(1 << 18, rank, dtype=np.int64)
+                out.append(("bigsum", int(c.allreduce(big, timeout=20)[0])))
+                out.append(("rs", c.reducescatter(x, "sum", timeout=20).tolist(),
+                            c.reducescatter(t, "max", timeout=20).tolist()))
+        finally:
+            c.destroy()
+        return out
+
+    _report(q, run)
