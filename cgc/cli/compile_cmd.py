@@ -55,7 +55,8 @@ def compile_cmd(
     plan = compile_file(
         target, allow_pickle=allow_pickle, overlap=overlap, costs=_parse_costs(costs)
     )
-    data = plan.save(out)
+    plan.save(out)
+    data = out.read_bytes()
     click.echo(summarize(plan.proto, target, out, data))
 
 
