@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import types
 from typing import Any
@@ -155,6 +156,37 @@ def _bind_external(plan: Any, actor: pb.Actor) -> Any:
     )
 
 
+def _module_hidden_from_workers(cls: Any) -> Any:
+    """The class's module when Ray's workers could not import it, else None.
+
+    Why: Ray pickles classes by reference, and its workers see only site-packages,
+    PYTHONPATH, the driver's working directory and script directory. A class from a module
+    found through another path (a test directory, a notebook's sys.path tweak) is then
+    shipped by value instead, the way Ray Serve does it.
+    """
+    import site
+
+    cls = _unwrap(cls)
+    name = getattr(cls, "__module__", "__main__")
+    mod = sys.modules.get(name)
+    if mod is None or name == "__main__" or not getattr(mod, "__file__", None):
+        return None
+    top = sys.modules.get(name.split(".")[0])
+    top_file = getattr(top, "__file__", None) or mod.__file__
+    root = os.path.dirname(os.path.abspath(top_file))
+    if hasattr(top, "__path__"):  # a package: its parent directory is the sys.path entry
+        root = os.path.dirname(root)
+    visible = [os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0] or "."))]
+    visible += site.getsitepackages() + [site.getusersitepackages()]
+    visible += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    visible += [os.path.dirname(os.__file__)]  # the standard library
+    if root in {os.path.abspath(v) for v in visible}:  # the sys.path entry itself
+        return None
+    if name.split(".")[0] == "cgc":
+        return None
+    return mod
+
+
 def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
     """Create or bind every actor of ``plan`` (a ``cgc.runtime.Plan``), in plan order.
 
@@ -164,6 +196,8 @@ def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
     Raises:
         SetupError: an external actor is not alive, or an actor class cannot be resolved.
     """
+    from ray import cloudpickle
+
     handles: dict[str, Any] = {}
     created: set[str] = set()
     for actor in plan.proto.graph.actors:
@@ -184,9 +218,15 @@ def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
         else:
             args, kwargs = [actor.SerializeToString()], {}
             rc = _remote_class(ActorHost)
+        by_value = _module_hidden_from_workers(cls) if cls is not None else None
         try:
+            if by_value is not None:  # Ray pickles the class when the actor is created
+                cloudpickle.register_pickle_by_value(by_value)
             handles[actor.name] = rc.options(**opts).remote(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - bad options: name the actor
             raise SetupError(f"cannot create actor {actor.name}: {exc}") from exc
+        finally:
+            if by_value is not None:
+                cloudpickle.unregister_pickle_by_value(by_value)
         created.add(actor.name)
     return handles, created

@@ -79,6 +79,9 @@ class CompiledGraph:
         self.dead: set[str] = set()  # actors known dead (no teardown RPCs to them)
         g = plan.proto.graph
         self._npos = g.num_positional
+        # Arity of the common call, checked inline on the hot path (see _check_inputs).
+        self._fast_npos = 1 if g.whole_input and not g.num_positional and not \
+            g.keyword_fields else g.num_positional
         self._kwset = frozenset(g.keyword_fields)
         self._whole = g.whole_input
         self._multi = any(n.multi_output for n in g.nodes if n.kind == 5)  # OUTPUT
@@ -119,7 +122,12 @@ class CompiledGraph:
     # ------------------------------------------------------------------ submit
     def _check_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         problems = []
-        if self._whole:
+        if self._whole and not self._npos and not self._kwset:
+            # A task takes the bare input: it stands for exactly one argument (Ray's rule).
+            if len(args) != 1 or kwargs:
+                problems.append(f"exactly 1 positional argument, got {len(args)}"
+                                + (f" and keywords {', '.join(sorted(kwargs))}" if kwargs else ""))
+        elif self._whole:
             if len(args) < self._npos:
                 problems.append(f"at least {self._npos} positional argument(s), got {len(args)}")
         elif len(args) != self._npos:
@@ -128,11 +136,11 @@ class CompiledGraph:
         extra = sorted(kwargs.keys() - self._kwset)
         if missing:
             problems.append(f"keyword argument(s) {', '.join(missing)} (missing)")
-        if extra and not self._whole:
+        if extra and not (self._whole and (self._npos or self._kwset)):
             problems.append(f"no keyword argument(s) {', '.join(extra)}")
         if problems:
             want = ", ".join(
-                [f"{self._npos} positional"] + [f"{k}=" for k in sorted(self._kwset)])
+                [f"{self._fast_npos} positional"] + [f"{k}=" for k in sorted(self._kwset)])
             raise InputMismatchError(
                 f"graph {self.name!r} takes ({want}); execute() needs " + "; ".join(problems))
 
@@ -148,7 +156,7 @@ class CompiledGraph:
             SubmitTimeoutError: no room within the submit timeout.
             ActorDiedError / GraphFailedError / GraphTornDownError: the graph is down.
         """
-        if len(args) != self._npos or kwargs.keys() != self._kwset:
+        if len(args) != self._fast_npos or kwargs.keys() != self._kwset:
             self._check_inputs(args, kwargs)
         with self._submit_lock:
             if self._closing:

@@ -170,7 +170,7 @@ def to_exception(ev: Any) -> RemoteError:
     orig = ev.exception
     base: type | None = type(orig) if orig is not None else None
     if base is None:
-        for name in (ev.extra or {}).get("mro", [])[1:]:
+        for name in (ev.extra or {}).get("mro", []):
             base = _import_class(name)
             if base is not None and base not in (BaseException, object):
                 break

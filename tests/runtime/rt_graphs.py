@@ -1,0 +1,108 @@
+"""Actor classes and small graphs for the runtime tests, built through the real pipeline.
+
+Everything goes through ``cgc.compile`` (frontend → passes → verify → ``cgc.runtime.Plan``),
+so these tests exercise the same plans users get.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import cgc
+from cgc import InputNode, MultiOutputNode
+
+
+class AppError(ValueError):
+    """A user exception type the tests catch by its own class."""
+
+
+@cgc.actor
+class Echo:
+    def echo(self, x):
+        return x
+
+
+@cgc.actor
+class Worker:
+    def __init__(self, k=1):
+        self.k = k
+        self.calls = 0
+
+    def add(self, x):
+        self.calls += 1
+        return x + self.k
+
+    def check(self, x):
+        if x < 0:
+            raise AppError(f"negative input {x}")
+        return x
+
+    def slow(self, x):
+        time.sleep(x)
+        return x
+
+    def pid(self, x=None):
+        return os.getpid()
+
+    def combine(self, *xs):
+        return sum(xs)
+
+    @cgc.method(num_returns=2)
+    def split(self, x):
+        return x, x * 2
+
+
+def echo_plan():
+    e = Echo.bind()
+    with InputNode() as inp:
+        dag = e.echo.bind(inp)
+    return cgc.compile(dag, name="t_echo")
+
+
+def chain_plan(n=3):
+    ws = [Worker.bind(i + 1) for i in range(n)]
+    with InputNode() as inp:
+        x = inp
+        for w in ws:
+            x = w.add.bind(x)
+    return cgc.compile(x, name="t_chain")
+
+
+def check_chain_plan():
+    """check (raises on x < 0) on one actor, then add on another."""
+    a, b = Worker.bind(0), Worker.bind(10)
+    with InputNode() as inp:
+        dag = b.add.bind(a.check.bind(inp))
+    return cgc.compile(dag, name="t_check")
+
+
+def fanout_plan(n=3):
+    ws = [Worker.bind(i) for i in range(n)]
+    c = Worker.bind(0)
+    with InputNode() as inp:
+        dag = c.combine.bind(*[w.add.bind(inp) for w in ws])
+    return cgc.compile(dag, name="t_fanout")
+
+
+def multi_plan():
+    a, b = Worker.bind(0), Worker.bind(100)
+    with InputNode() as inp:
+        x, y = a.split.bind(inp)
+        dag = MultiOutputNode([x, b.add.bind(y)])
+    return cgc.compile(dag, name="t_multi")
+
+
+def slow_plan():
+    w = Worker.bind()
+    with InputNode() as inp:
+        dag = w.slow.bind(inp)
+    return cgc.compile(dag, name="t_slow")
+
+
+def two_actor_pid_plan(handles=None):
+    """a.pid -> b.combine; with ``handles`` (two live actors) the plan binds them."""
+    a, b = handles if handles is not None else (Worker.bind(), Worker.bind())
+    with InputNode() as inp:
+        dag = b.combine.bind(a.add.bind(inp), inp)
+    return cgc.compile(dag, name="t_pair")
