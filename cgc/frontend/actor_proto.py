@@ -43,8 +43,10 @@ def class_ref(
     """
     ref = pb.ClassRef(module=module, qualname=qualname)
     if "<locals>" in qualname:
-        return ref, (f"class {qualname} is defined inside a function, so the actors cannot "
-                     "import it; define it at module level")
+        return ref, (
+            f"class {qualname} is defined inside a function, so the actors cannot "
+            "import it; define it at module level"
+        )
     source_path: str | None = None
     in_model = model_module is not None and module == model_module.__name__
     if not in_model and model_file is not None:
@@ -52,14 +54,19 @@ def class_ref(
         mod_file = getattr(mod, "__file__", None)
         in_model = bool(mod_file) and os.path.abspath(mod_file) == os.path.abspath(model_file)
     if in_model:
-        source_path = os.fspath(model_file) if model_file is not None else getattr(
-            model_module, "__file__", None)
+        source_path = (
+            os.fspath(model_file)
+            if model_file is not None
+            else getattr(model_module, "__file__", None)
+        )
     elif module == "__main__":
         ref.module = MAIN_MODULE
         source_path = getattr(sys.modules.get("__main__"), "__file__", None)
         if not source_path:
-            return ref, (f"class {qualname} is defined in an interactive session; put it in "
-                         "a file so the actors can load it")
+            return ref, (
+                f"class {qualname} is defined in an interactive session; put it in "
+                "a file so the actors can load it"
+            )
     if source_path:
         ref.embedded_source = _read(source_path)
         ref.source_file = os.path.basename(source_path)

@@ -20,7 +20,9 @@ __all__ = ["Reporter", "check_method", "check_ctor", "hint_to_proto", "method_na
 
 
 class Reporter(Protocol):
-    def fail(self, node: Any, problem: str, fix: str, loc: RawLoc | None = None) -> CompileError: ...
+    def fail(
+        self, node: Any, problem: str, fix: str, loc: RawLoc | None = None
+    ) -> CompileError: ...
 
     def fail_actor(self, actor: Any, problem: str, fix: str) -> CompileError: ...
 
@@ -61,7 +63,8 @@ def _bind_error(sig: inspect.Signature, name: str, args: tuple, kwargs: dict) ->
         sig.bind(*args, **kwargs)
     except TypeError as exc:
         positional = [
-            p for p in sig.parameters.values()
+            p
+            for p in sig.parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
         takes = f"{len(positional)} positional argument{'s' if len(positional) != 1 else ''}"
@@ -84,8 +87,11 @@ def check_method(rep: Reporter, node: Any, cls: type | None) -> None:
     name = node.method
     if not callable(getattr(cls, name, None)):
         close = difflib.get_close_matches(name, method_names(cls), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else (
-            f"{cls.__name__} has methods {', '.join(method_names(cls)) or '(none)'}")
+        hint = (
+            f"did you mean {close[0]!r}?"
+            if close
+            else (f"{cls.__name__} has methods {', '.join(method_names(cls)) or '(none)'}")
+        )
         raise rep.fail(node, f"{cls.__name__} has no method {name!r}", hint)
     sig = _signature(cls, name)
     if sig is None:
@@ -121,8 +127,9 @@ def check_ctor(rep: Reporter, actor: Any) -> None:
         return
     problem = _bind_error(sig, "__init__", actor.ctor_args, actor.ctor_kwargs)
     if problem:
-        raise rep.fail_actor(actor, problem, f"give {cls.__name__}.bind(...) arguments that "
-                             f"match def __init__{sig}")
+        raise rep.fail_actor(
+            actor, problem, f"give {cls.__name__}.bind(...) arguments that match def __init__{sig}"
+        )
 
 
 _TRANSPORTS = {
@@ -155,30 +162,50 @@ def hint_to_proto(
     if isinstance(transport, str):
         transport = transport.lower()
     if transport not in _TRANSPORTS:
-        raise rep.fail(node, f"unknown tensor transport {hint.transport!r}",
-                       "use 'auto', 'nccl', 'shm' or 'host' (communicator objects cannot be "
-                       "stored in a plan)", hint.loc)
+        raise rep.fail(
+            node,
+            f"unknown tensor transport {hint.transport!r}",
+            "use 'auto', 'nccl', 'shm' or 'host' (communicator objects cannot be stored in a plan)",
+            hint.loc,
+        )
     device = hint.device.value if hasattr(hint.device, "value") else hint.device
     if isinstance(device, str):
         device = device.lower()
     if device not in _DEVICES:
-        raise rep.fail(node, f"unknown device {hint.device!r}",
-                       "use 'default', 'cpu', 'gpu' or 'cuda'", hint.loc)
+        raise rep.fail(
+            node,
+            f"unknown device {hint.device!r}",
+            "use 'default', 'cpu', 'gpu' or 'cuda'",
+            hint.loc,
+        )
     t, d = _TRANSPORTS[transport], _DEVICES[device]
     if t == pb.NCCL and is_input:
-        raise rep.fail(node, "an input cannot be sent over NCCL: the driver never joins a "
-                       "communicator", "drop the hint or use transport='auto' (host memory, "
-                       "then device='gpu' to move it to the GPU)", hint.loc)
+        raise rep.fail(
+            node,
+            "an input cannot be sent over NCCL: the driver never joins a communicator",
+            "drop the hint or use transport='auto' (host memory, "
+            "then device='gpu' to move it to the GPU)",
+            hint.loc,
+        )
     if t == pb.NCCL and d == pb.CPU:
-        raise rep.fail(node, "NCCL transport with device='cpu' cannot hold: NCCL delivers on "
-                       "the GPU", "use transport='shm' for CPU delivery, or device='default'",
-                       hint.loc)
+        raise rep.fail(
+            node,
+            "NCCL transport with device='cpu' cannot hold: NCCL delivers on the GPU",
+            "use transport='shm' for CPU delivery, or device='default'",
+            hint.loc,
+        )
     if hint.direct_return and num_values > 1:
-        raise rep.fail(node, f"direct_return needs the value to be exactly one tensor, but "
-                       f"this node returns {num_values} values", "put the hint on one output "
-                       "(node[i].with_tensor_transport(...)) or drop _direct_return", hint.loc)
-    out = pb.TransportHint(transport=t, device=d, static_shape=hint.static_shape,
-                           direct_return=hint.direct_return)
+        raise rep.fail(
+            node,
+            f"direct_return needs the value to be exactly one tensor, but "
+            f"this node returns {num_values} values",
+            "put the hint on one output "
+            "(node[i].with_tensor_transport(...)) or drop _direct_return",
+            hint.loc,
+        )
+    out = pb.TransportHint(
+        transport=t, device=d, static_shape=hint.static_shape, direct_return=hint.direct_return
+    )
     out.loc.CopyFrom(loc_proto)
     return out
 

@@ -16,7 +16,14 @@ from cgc.errors import CompileError
 from cgc.frontend.locations import RawLoc, capture_loc
 from cgc.frontend.nodes import CallNode, DAGNode, OutputRef
 
-__all__ = ["ReduceOp", "allreduce", "allgather", "reducescatter", "CollectiveGroup", "CollectiveNode"]
+__all__ = [
+    "ReduceOp",
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "CollectiveGroup",
+    "CollectiveNode",
+]
 
 
 class ReduceOp(enum.Enum):
@@ -86,18 +93,30 @@ def member_actor(node: Any) -> Any:
 
 
 def _fail(loc: RawLoc, kind: str, problem: str, fix: str) -> CompileError:
-    return CompileError(f"{loc.short()}: {kind}.bind: {problem}; {fix}", method=kind, loc=loc.short())
+    return CompileError(
+        f"{loc.short()}: {kind}.bind: {problem}; {fix}", method=kind, loc=loc.short()
+    )
 
 
-def bind_collective(kind: str, inputs: Any, op: ReduceOp | None, transport: Any, loc: RawLoc) -> list[Any]:
+def bind_collective(
+    kind: str, inputs: Any, op: ReduceOp | None, transport: Any, loc: RawLoc
+) -> list[Any]:
     """Validate the member lists and make one ``CollectiveNode`` per member."""
     if not isinstance(inputs, (list, tuple)) or not inputs:
-        raise _fail(loc, kind, "expected a non-empty list of nodes, one per actor",
-                    f"write {kind}.bind([w0_out, w1_out])")
+        raise _fail(
+            loc,
+            kind,
+            "expected a non-empty list of nodes, one per actor",
+            f"write {kind}.bind([w0_out, w1_out])",
+        )
     nested = isinstance(inputs[0], (list, tuple))
     if nested and kind != "allreduce":
-        raise _fail(loc, kind, "a list of lists (buckets) is only supported for allreduce",
-                    f"call {kind}.bind once per list")
+        raise _fail(
+            loc,
+            kind,
+            "a list of lists (buckets) is only supported for allreduce",
+            f"call {kind}.bind once per list",
+        )
     buckets = [list(b) for b in inputs] if nested else [list(inputs)]
     # Ray's adapter hands in member inputs that are already cgc nodes (converted).
     actors: list[Any] | None = None
@@ -109,20 +128,32 @@ def bind_collective(kind: str, inputs: Any, op: ReduceOp | None, transport: Any,
         for x in bucket:
             a = member_actor(x)
             if a is None:
-                raise _fail(loc, kind, f"{x!r}{where} is not an actor method's result",
-                            "pass the outputs of actor method calls, one per actor")
+                raise _fail(
+                    loc,
+                    kind,
+                    f"{x!r}{where} is not an actor method's result",
+                    "pass the outputs of actor method calls, one per actor",
+                )
             row.append(a)
         if len({id(a) for a in row}) != len(row):
             dup = next(a for a in row if sum(r is a for r in row) > 1)
-            raise _fail(loc, kind, f"actor {dup._describe()} appears more than once{where}",
-                        "give exactly one input per actor (no duplicate actors)")
+            raise _fail(
+                loc,
+                kind,
+                f"actor {dup._describe()} appears more than once{where}",
+                "give exactly one input per actor (no duplicate actors)",
+            )
         if len({id(x) for x in bucket}) != len(bucket):
             raise _fail(loc, kind, f"the same node is given twice{where}", "give distinct nodes")
         if actors is None:
             actors = row
         elif [id(a) for a in row] != [id(a) for a in actors]:
-            raise _fail(loc, kind, f"list {b} has other actors or another order than list 0",
-                        "list the same actors in the same order in every bucket")
+            raise _fail(
+                loc,
+                kind,
+                f"list {b} has other actors or another order than list 0",
+                "list the same actors in the same order in every bucket",
+            )
     assert actors is not None
     group = CollectiveGroup(kind, op, transport, loc, buckets)
     out: list[Any] = []
@@ -144,7 +175,9 @@ class _Collective:
 
 
 class _AllReduce(_Collective):
-    def bind(self, input_nodes: list[Any], op: ReduceOp = ReduceOp.SUM, transport: Any = None) -> list[Any]:
+    def bind(
+        self, input_nodes: list[Any], op: ReduceOp = ReduceOp.SUM, transport: Any = None
+    ) -> list[Any]:
         """One allreduce among the actors of ``input_nodes`` (one node per actor).
 
         Example: ``a0, a1 = allreduce.bind([w0.grad.bind(inp), w1.grad.bind(inp)])``.
@@ -169,7 +202,9 @@ class _AllGather(_Collective):
 
 
 class _ReduceScatter(_Collective):
-    def bind(self, input_nodes: list[Any], op: ReduceOp = ReduceOp.SUM, transport: Any = None) -> list[Any]:
+    def bind(
+        self, input_nodes: list[Any], op: ReduceOp = ReduceOp.SUM, transport: Any = None
+    ) -> list[Any]:
         """One reduce-scatter among the actors of ``input_nodes`` (one node per actor).
 
         Example: ``r0, r1 = reducescatter.bind([a, b], op=ReduceOp.MAX)``.
@@ -177,7 +212,9 @@ class _ReduceScatter(_Collective):
         Raises:
             CompileError: as for ``allreduce.bind``.
         """
-        return bind_collective("reducescatter", input_nodes, _reduce_op(op), transport, capture_loc())
+        return bind_collective(
+            "reducescatter", input_nodes, _reduce_op(op), transport, capture_loc()
+        )
 
 
 def _reduce_op(op: Any) -> ReduceOp:

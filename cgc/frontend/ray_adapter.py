@@ -27,9 +27,16 @@ __all__ = ["convert_output", "is_ray_dag_object"]
 
 # Ray actor options that do not change what the graph computes; dropped without a word.
 _IGNORED_OPTIONS = {
-    "max_restarts", "max_task_retries", "max_pending_calls", "enable_task_events",
-    "lifetime", "get_if_exists", "allow_out_of_order_execution", "concurrency_groups",
-    "_metadata", "object_store_memory",
+    "max_restarts",
+    "max_task_retries",
+    "max_pending_calls",
+    "enable_task_events",
+    "lifetime",
+    "get_if_exists",
+    "allow_out_of_order_execution",
+    "concurrency_groups",
+    "_metadata",
+    "object_store_memory",
 }
 
 
@@ -55,8 +62,9 @@ def _neighbors(node: Any, dag: Any) -> list[Any]:
 
     scanner = _PyObjScanner()
     try:
-        found = scanner.find_nodes([node._bound_args, node._bound_kwargs,
-                                    node._bound_other_args_to_resolve])
+        found = scanner.find_nodes(
+            [node._bound_args, node._bound_kwargs, node._bound_other_args_to_resolve]
+        )
     finally:
         scanner.clear()
     found.extend(node._downstream_nodes)
@@ -123,7 +131,8 @@ class _Converter:
         if isinstance(n, self.dag.InputAttributeNode):
             ups.append(n._dag_input_node)
         if isinstance(n, self.dag.ClassMethodNode) and isinstance(
-                n._parent_class_node, self.dag.ClassNode):
+            n._parent_class_node, self.dag.ClassNode
+        ):
             ups.append(n._parent_class_node)
         return [u for u in ups if isinstance(u, self.dag.DAGNode)]
 
@@ -151,13 +160,19 @@ class _Converter:
         elif isinstance(n, dag.ClassMethodNode):
             out = self._method_node(n, loc)
         elif isinstance(n, dag.FunctionNode):
-            raise CompileError(f"{loc.short()}: {n._body.__name__}: Ray remote functions "
-                               "(FunctionNode) cannot be compiled, only actor methods; make "
-                               "the function a method of an actor", loc=loc.short())
+            raise CompileError(
+                f"{loc.short()}: {n._body.__name__}: Ray remote functions "
+                "(FunctionNode) cannot be compiled, only actor methods; make "
+                "the function a method of an actor",
+                loc=loc.short(),
+            )
         else:
-            raise CompileError(f"{loc.short()}: unsupported Ray DAG node {type(n).__name__}; "
-                               "graphs are built from InputNode, actor method binds and "
-                               "MultiOutputNode", loc=loc.short())
+            raise CompileError(
+                f"{loc.short()}: unsupported Ray DAG node {type(n).__name__}; "
+                "graphs are built from InputNode, actor method binds and "
+                "MultiOutputNode",
+                loc=loc.short(),
+            )
         out._loc = loc
         self._hint(n, out)
         return out
@@ -168,8 +183,11 @@ class _Converter:
             if key in ACTOR_OPTIONS:
                 options[key] = value
             elif key not in _IGNORED_OPTIONS and value is not None:
-                warnings.warn(f"{loc.short()}: the Ray actor option {key}={value!r} is not kept "
-                              "in cgc plans and is ignored", stacklevel=2)
+                warnings.warn(
+                    f"{loc.short()}: the Ray actor option {key}={value!r} is not kept "
+                    "in cgc plans and is ignored",
+                    stacklevel=2,
+                )
         cls = _original_class(n._body)
         args = tuple(self._value(a) for a in n._bound_args)
         kwargs = {k: self._value(v) for k, v in n._bound_kwargs.items()}
@@ -191,9 +209,15 @@ class _Converter:
             name, namespace = _named(handle)
             cls = _import_class(desc.module_name, desc.class_name)
             self.actors[key] = LazyActor(
-                cls, (), {}, {}, UNKNOWN_LOC,
+                cls,
+                (),
+                {},
+                {},
+                UNKNOWN_LOC,
                 external=ExternalSpec(handle, key, name, namespace),
-                class_module=desc.module_name, class_qualname=desc.class_name)
+                class_module=desc.module_name,
+                class_qualname=desc.class_name,
+            )
         return self.actors[key]
 
     def _method_node(self, n: Any, loc: RawLoc) -> Any:
@@ -223,14 +247,21 @@ class _Converter:
         if grp is None:
             from ray.experimental.util.types import AllGatherOp, AllReduceOp
 
-            kind = ("allgather" if isinstance(op._op, AllGatherOp) else
-                    "allreduce" if isinstance(op._op, AllReduceOp) else "reducescatter")
+            kind = (
+                "allgather"
+                if isinstance(op._op, AllGatherOp)
+                else "allreduce"
+                if isinstance(op._op, AllReduceOp)
+                else "reducescatter"
+            )
             reduce = getattr(op._op, "reduceOp", None)
             hint = op._type_hint
             transport = hint._communicator or {"accelerator": "nccl", "auto": "shm"}.get(
-                hint.transport, hint.transport)
-            grp = CollectiveGroup(kind, ReduceOp[reduce.name] if reduce else None,
-                                  transport, loc, [])
+                hint.transport, hint.transport
+            )
+            grp = CollectiveGroup(
+                kind, ReduceOp[reduce.name] if reduce else None, transport, loc, []
+            )
             self.groups[id(op)] = grp
         parent = n._parent_class_node
         rank = next(i for i, h in enumerate(op.actor_handles) if h is parent or h == parent)
@@ -257,11 +288,16 @@ def _hint_spec(n: Any) -> HintSpec | None:
     elif isinstance(hint, TorchTensorType):
         # Ray's "shm" is TorchTensorType(transport="auto"): host memory.
         transport = hint._communicator or {"accelerator": "nccl", "auto": "shm"}.get(
-            hint.transport, hint.transport)
+            hint.transport, hint.transport
+        )
     else:
         return None
-    return HintSpec(transport=transport, device=str(hint._device),
-                    static_shape=bool(hint._static_shape), direct_return=bool(hint._direct_return))
+    return HintSpec(
+        transport=transport,
+        device=str(hint._device),
+        static_shape=bool(hint._static_shape),
+        direct_return=bool(hint._direct_return),
+    )
 
 
 def _named(handle: Any) -> tuple[str, str]:
@@ -301,6 +337,5 @@ def convert_output(output: Any) -> Any:
     """
     conv = _Converter()
     if isinstance(output, MultiOutputNode):  # cgc's MultiOutputNode over Ray nodes
-        return MultiOutputNode([conv.run(o) if is_ray_dag_object(o) else o
-                                for o in output.outputs])
+        return MultiOutputNode([conv.run(o) if is_ray_dag_object(o) else o for o in output.outputs])
     return conv.run(output)

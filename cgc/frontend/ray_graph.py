@@ -31,8 +31,13 @@ def class_node_placeholders(unbound: Any, node: Any) -> Any:
     if n <= 1:
         return node
     return tuple(
-        ClassMethodNode(f"return_idx_{i}", (node, i), {}, {},
-                        {IS_CLASS_METHOD_OUTPUT_KEY: True, PARENT_CLASS_NODE_KEY: actor})
+        ClassMethodNode(
+            f"return_idx_{i}",
+            (node, i),
+            {},
+            {},
+            {IS_CLASS_METHOD_OUTPUT_KEY: True, PARENT_CLASS_NODE_KEY: actor},
+        )
         for i in range(n)
     )
 
@@ -69,7 +74,9 @@ def class_node_collective(inputs: Any, op: Any, transport: Any) -> list[Any] | N
     if not all(lists) or any(_class_node_of(n) is None for lst in lists for n in lst):
         return None
     if nested and not isinstance(op, AllReduceOp):
-        raise ValueError("Currently binding a nested list of dag nodes is only supported for allreduce")
+        raise ValueError(
+            "Currently binding a nested list of dag nodes is only supported for allreduce"
+        )
     actors = [_class_node_of(n) for n in lists[0]]
     for lst in lists:
         row = [_class_node_of(n) for n in lst]
@@ -86,19 +93,33 @@ def class_node_collective(inputs: Any, op: Any, transport: Any) -> list[Any] | N
     coll = _CollectiveOperation.__new__(_CollectiveOperation)
     coll._actor_handles = actors  # ClassNodes stand in for handles here
     coll._op = op
-    coll._type_hint = TorchTensorType(transport=transport or TorchTensorType.ACCELERATOR,
-                                      _direct_return=True)
+    coll._type_hint = TorchTensorType(
+        transport=transport or TorchTensorType.ACCELERATOR, _direct_return=True
+    )
     out: list[Any] = []
     for rank, actor in enumerate(actors):
         member = CollectiveOutputNode(
-            method, tuple(lst[rank] for lst in lists), {}, {},
-            {PARENT_CLASS_NODE_KEY: actor, PREV_CLASS_METHOD_CALL_KEY: actor._last_call,
-             COLLECTIVE_OPERATION_KEY: coll})
+            method,
+            tuple(lst[rank] for lst in lists),
+            {},
+            {},
+            {
+                PARENT_CLASS_NODE_KEY: actor,
+                PREV_CLASS_METHOD_CALL_KEY: actor._last_call,
+                COLLECTIVE_OPERATION_KEY: coll,
+            },
+        )
         actor._last_call = member  # keep the per-actor bind chain, as ClassNode binds do
         if nested:
-            member = [CollectiveOutputNode(f"return_idx_{i}", (member, i), {}, {},
-                                           {IS_CLASS_METHOD_OUTPUT_KEY: True,
-                                            PARENT_CLASS_NODE_KEY: actor})
-                      for i in range(len(lists))]
+            member = [
+                CollectiveOutputNode(
+                    f"return_idx_{i}",
+                    (member, i),
+                    {},
+                    {},
+                    {IS_CLASS_METHOD_OUTPUT_KEY: True, PARENT_CLASS_NODE_KEY: actor},
+                )
+                for i in range(len(lists))
+            ]
         out.append(member)
     return out

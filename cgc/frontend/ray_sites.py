@@ -74,8 +74,10 @@ def _patches() -> dict[str, list[tuple[str, str, Any]]]:
         return _bind
 
     return {
-        "ray.dag.dag_node": [("DAGNode", "__init__", init),
-                             ("DAGNode", "with_tensor_transport", hint)],
+        "ray.dag.dag_node": [
+            ("DAGNode", "__init__", init),
+            ("DAGNode", "with_tensor_transport", hint),
+        ],
         "ray.dag.class_node": [("_UnboundClassMethodNode", "bind", bind)],
         "ray.experimental.collective.operations": [("", "_bind", coll)],
     }

@@ -72,15 +72,20 @@ class Names:
             what = f"{name} (graph input)"
         else:
             what = "output"
-        return CompileError(f"{where}: {what}: {problem}; {fix}", node=name, actor=actor,
-                            method=method, loc=where)
+        return CompileError(
+            f"{where}: {what}: {problem}; {fix}", node=name, actor=actor, method=method, loc=where
+        )
 
     def fail_actor(self, actor: Any, problem: str, fix: str) -> CompileError:
         """A CompileError about an actor: ``file:line: actor w0 (Worker.__init__): ...``."""
-        where = self.renderer.text(actor._loc if actor._loc.file else
-                                   (_def_loc(actor.cls, "__init__") or actor._loc))
+        where = self.renderer.text(
+            actor._loc if actor._loc.file else (_def_loc(actor.cls, "__init__") or actor._loc)
+        )
         name = self.actor.get(id(actor), actor._describe())
         return CompileError(
             f"{where}: actor {name} ({actor._describe()}.__init__): {problem}; {fix}",
-            node=name, actor=name, method="__init__", loc=where,
+            node=name,
+            actor=name,
+            method="__init__",
+            loc=where,
         )

@@ -109,14 +109,17 @@ class _Tracer:
         got = walk.collect(outputs)
         order = walk.topo_order(outputs, got)
         cycle = order[0] if order and isinstance(order[0], list) else None
-        calls = [n for n in (got.nodes if cycle else order)
-                 if isinstance(n, (CallNode, CollectiveNode))]
+        calls = [
+            n for n in (got.nodes if cycle else order) if isinstance(n, (CallNode, CollectiveNode))
+        ]
         graph_ids = set(got.members)
         ours = {id(n) for n in got.nodes if isinstance(n, InputNode)}
         # Calls fed by another InputNode belong to another graph that shares an actor.
-        extra = [e for e in walk.closure(graph_ids, got.nodes)
-                 if not isinstance(e, (CallNode, CollectiveNode))
-                 or not walk.upstream_inputs(e) - ours]
+        extra = [
+            e
+            for e in walk.closure(graph_ids, got.nodes)
+            if not isinstance(e, (CallNode, CollectiveNode)) or not walk.upstream_inputs(e) - ours
+        ]
         actors = self._name_everything(calls, extra)
         validate_structure(self.names, outputs, got, cycle, extra, out_loc)
         return self._emit(outputs, multi, out_loc, got, order, actors)
@@ -170,8 +173,7 @@ class _Tracer:
             self._call(node, n)
         for cid, grp in enumerate(groups):
             self._collective(g, cid, grp)
-        out = g.nodes.add(id=len(g.nodes), kind=pb.OUTPUT, name="output",
-                          multi_output=multi)
+        out = g.nodes.add(id=len(g.nodes), kind=pb.OUTPUT, name="output", multi_output=multi)
         out.loc.CopyFrom(self.renderer.proto(out_loc))
         for v in outputs:
             out.args.append(self._arg(None, v, "output"))
@@ -203,8 +205,14 @@ class _Tracer:
                 per[i] = (h, 1)
         for i in sorted(per):
             h, values = per[i]
-            proto = hint_to_proto(self.names, n, h, is_input=is_input, num_values=values,
-                                  loc_proto=self.renderer.proto(h.loc))
+            proto = hint_to_proto(
+                self.names,
+                n,
+                h,
+                is_input=is_input,
+                num_values=values,
+                loc_proto=self.renderer.proto(h.loc),
+            )
             node.hints.add(output_index=i).hint.CopyFrom(proto)
 
     def _call(self, node: pb.Node, n: Any) -> None:
@@ -246,8 +254,11 @@ class _Tracer:
         loc = self.renderer.proto(grp.loc)
         c.loc.CopyFrom(loc)
         hint = HintSpec(transport=grp.transport or "nccl", loc=grp.loc)
-        c.hint.CopyFrom(hint_to_proto(self.names, grp.members[0], hint, is_input=False,
-                                      num_values=1, loc_proto=loc))
+        c.hint.CopyFrom(
+            hint_to_proto(
+                self.names, grp.members[0], hint, is_input=False, num_values=1, loc_proto=loc
+            )
+        )
 
     def _actor(self, a: Any) -> pb.Actor:
         name = self.names.actor[id(a)]
@@ -256,24 +267,30 @@ class _Tracer:
         if a.external is not None:
             out.cls.module, out.cls.qualname = a.class_module, a.class_qualname
             ext = a.external
-            out.external.CopyFrom(pb.ExternalActor(name=ext.name, namespace=ext.namespace,
-                                                   actor_id=ext.actor_id))
+            out.external.CopyFrom(
+                pb.ExternalActor(name=ext.name, namespace=ext.namespace, actor_id=ext.actor_id)
+            )
             return out
-        ref, problem = class_ref(a.class_module, a.class_qualname, model_file=self.model_file,
-                                 model_module=self.model_module)
+        ref, problem = class_ref(
+            a.class_module,
+            a.class_qualname,
+            model_file=self.model_file,
+            model_module=self.model_module,
+        )
         if problem:
             raise self.names.fail_actor(a, problem, "then compile again")
         out.cls.CopyFrom(ref)
         options, problem = options_proto(a.options)
         if problem:
-            raise self.names.fail_actor(a, problem, "give numbers for resources and a "
-                                        "JSON-serializable runtime_env")
+            raise self.names.fail_actor(
+                a, problem, "give numbers for resources and a JSON-serializable runtime_env"
+            )
         out.options.CopyFrom(options)
         check_ctor(self.names, a)
         for i, v in enumerate(a.ctor_args):
             out.ctor_args.append(self._const(None, v, f"argument {i}", actor=a))
         for k in sorted(a.ctor_kwargs):
             out.ctor_kwargs.add(name=k).value.CopyFrom(
-                self._const(None, a.ctor_kwargs[k], f"keyword {k!r}", actor=a))
+                self._const(None, a.ctor_kwargs[k], f"keyword {k!r}", actor=a)
+            )
         return out
-

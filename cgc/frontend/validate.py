@@ -49,26 +49,35 @@ def validate_structure(
     _check_problems(names, got, out_loc)
     if cycle:
         path = " -> ".join(names.of(n) for n in cycle + cycle[:1])
-        raise names.fail(cycle[0], f"the graph has a cycle: {path}",
-                         "a node cannot depend on its own result; break the cycle")
+        raise names.fail(
+            cycle[0],
+            f"the graph has a cycle: {path}",
+            "a node cannot depend on its own result; break the cycle",
+        )
     inputs = [n for n in got.nodes if isinstance(n, InputNode)]
     if not inputs:
         raise CompileError(
             f"{names.renderer.text(out_loc)}: output: the graph has no InputNode; "
             "write `with InputNode() as inp:` and bind inp (or inp[0], inp.k) into the "
-            "first calls", loc=names.renderer.text(out_loc))
+            "first calls",
+            loc=names.renderer.text(out_loc),
+        )
     if len(inputs) > 1:
         first = names.renderer.text(inputs[0]._loc)
-        raise names.fail(inputs[1], f"the graph has more than one InputNode (another one at "
-                         f"{first})", "create one InputNode and use it (or its attributes) "
-                         "everywhere")
+        raise names.fail(
+            inputs[1],
+            f"the graph has more than one InputNode (another one at {first})",
+            "create one InputNode and use it (or its attributes) everywhere",
+        )
     inp = inputs[0]
     for n in got.nodes:
         for v in walk.arg_values(n):
             if _is_ray_node(v):
-                raise names.fail(n, f"a Ray DAG node ({type(v).__name__}) is bound into a "
-                                 "cgc node", "build the whole graph with one API (cgc's or "
-                                 "ray.dag's)")
+                raise names.fail(
+                    n,
+                    f"a Ray DAG node ({type(v).__name__}) is bound into a cgc node",
+                    "build the whole graph with one API (cgc's or ray.dag's)",
+                )
     _check_dangling(names, inp, extra)
     _check_input_use(names, inp, outputs, got)
     _check_actor_names(names, got)
@@ -79,24 +88,32 @@ def _check_problems(names: Names, got: walk.Collected, out_loc: Any) -> None:
         if p.kind == "container":
             value, hidden = p.detail
             raise names.fail(
-                p.node, f"a graph node ({names.of(walk.ref_target(hidden[0])[0])}) is hidden "
+                p.node,
+                f"a graph node ({names.of(walk.ref_target(hidden[0])[0])}) is hidden "
                 f"inside a {type(value).__name__} argument; graph values must be passed as "
-                "direct arguments", "pass each node as its own argument (the method can take "
-                "*args) and build the container inside the method")
+                "direct arguments",
+                "pass each node as its own argument (the method can take "
+                "*args) and build the container inside the method",
+            )
         if p.kind == "whole_multi":
             k = p.detail.num_returns
             raise names.fail(
                 p.node if p.node is not None else p.detail,
                 f"{names.of(p.detail)} returns {k} values but is used as one value",
-                f"use one output (node[0] .. node[{k - 1}]) or unpack it: a, b = w.m.bind(...)")
+                f"use one output (node[0] .. node[{k - 1}]) or unpack it: a, b = w.m.bind(...)",
+            )
         if p.kind == "not_node":
-            what = ("a MultiOutputNode" if isinstance(p.detail, MultiOutputNode)
-                    else f"a {type(p.detail).__name__}")
+            what = (
+                "a MultiOutputNode"
+                if isinstance(p.detail, MultiOutputNode)
+                else f"a {type(p.detail).__name__}"
+            )
             where = names.renderer.text(out_loc)
             raise CompileError(
                 f"{where}: output: the outputs hold {what}, not a node; MultiOutputNode takes "
                 "the nodes whose results execute() returns (no constants, no nesting)",
-                loc=where)
+                loc=where,
+            )
 
 
 def _consumers(node: Any) -> list[Any]:
@@ -107,27 +124,38 @@ def _consumers(node: Any) -> list[Any]:
 
 
 def _check_dangling(names: Names, inp: InputNode, extra: list[Any]) -> None:
-    dangling = [n for n in extra if isinstance(n, (CallNode, CollectiveNode))
-                # a node fed by another InputNode belongs to another graph sharing an actor
-                and not walk.upstream_inputs(n) - {id(inp)}]
+    dangling = [
+        n
+        for n in extra
+        if isinstance(n, (CallNode, CollectiveNode))
+        # a node fed by another InputNode belongs to another graph sharing an actor
+        and not walk.upstream_inputs(n) - {id(inp)}
+    ]
     if dangling:
         ids = {id(n) for n in dangling}
         # Report the end of a dangling chain: that is the result the user forgot.
         leaves = [n for n in dangling if not any(id(c) in ids for c in _consumers(n))]
         n = (leaves or dangling)[0]
-        more = f" ({len(dangling) - 1} more node(s) feed only it or other dangling nodes)" \
-            if len(dangling) > 1 else ""
+        more = (
+            f" ({len(dangling) - 1} more node(s) feed only it or other dangling nodes)"
+            if len(dangling) > 1
+            else ""
+        )
         raise names.fail(
-            n, "its result reaches no output (a dangling node: errors in it could never "
+            n,
+            "its result reaches no output (a dangling node: errors in it could never "
             f"be reported, and Ray Compiled Graph rejects such leaf nodes too){more}",
             "use its result in a later .bind(...) or add it to MultiOutputNode([...]); "
-            "delete the call if it is not needed")
+            "delete the call if it is not needed",
+        )
     for n in extra:
         if isinstance(n, InputAttributeNode) and n.input_node is inp:
             raise names.fail(
-                n, f"the input attribute {names.of(n)} reaches no output (execute() would "
+                n,
+                f"the input attribute {names.of(n)} reaches no output (execute() would "
                 "require an argument the graph never uses)",
-                "bind it into a call that reaches the output, or do not create it")
+                "bind it into a call that reaches the output, or do not create it",
+            )
 
 
 def _check_input_use(names: Names, inp: InputNode, outputs: list[Any], got: walk.Collected) -> None:
@@ -135,14 +163,18 @@ def _check_input_use(names: Names, inp: InputNode, outputs: list[Any], got: walk
     if not attrs:
         return
     if any(v is inp for v in outputs):
-        raise names.fail(inp, f"the output uses the whole input while {names.of(attrs[0])} "
-                         "indexes it", "either use inp itself everywhere, or index it "
-                         "everywhere (inp[0], inp.k)")
+        raise names.fail(
+            inp,
+            f"the output uses the whole input while {names.of(attrs[0])} indexes it",
+            "either use inp itself everywhere, or index it everywhere (inp[0], inp.k)",
+        )
     for n in got.nodes:
         if any(v is inp for v in walk.arg_values(n)) and not isinstance(n, InputAttributeNode):
-            raise names.fail(n, f"binds the whole input (inp) while {names.of(attrs[0])} "
-                             "indexes it elsewhere", "either use inp itself everywhere, or "
-                             "index it everywhere (inp[0], inp.k)")
+            raise names.fail(
+                n,
+                f"binds the whole input (inp) while {names.of(attrs[0])} indexes it elsewhere",
+                "either use inp itself everywhere, or index it everywhere (inp[0], inp.k)",
+            )
 
 
 def _check_actor_names(names: Names, got: walk.Collected) -> None:
@@ -157,6 +189,9 @@ def _check_actor_names(names: Names, got: walk.Collected) -> None:
         key = (user, a.options.get("namespace") or "")
         other = seen.setdefault(key, a)
         if other is not a:
-            raise names.fail_actor(a, f"two actors are named {user!r} (the other was bound at "
-                                   f"{names.renderer.text(other._loc)})",
-                                   "give each actor its own name=")
+            raise names.fail_actor(
+                a,
+                f"two actors are named {user!r} (the other was bound at "
+                f"{names.renderer.text(other._loc)})",
+                "give each actor its own name=",
+            )

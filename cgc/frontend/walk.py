@@ -20,7 +20,16 @@ from cgc.frontend.nodes import (
     iter_nodes,
 )
 
-__all__ = ["Problem", "Collected", "collect", "topo_order", "closure", "upstream_inputs", "ref_target", "arg_values"]
+__all__ = [
+    "Problem",
+    "Collected",
+    "collect",
+    "topo_order",
+    "closure",
+    "upstream_inputs",
+    "ref_target",
+    "arg_values",
+]
 
 # A graph node that becomes a pb.Node (OutputRef is only a reference, MultiOutputNode is
 # the OUTPUT node that trace() adds itself).
@@ -150,7 +159,7 @@ def topo_order(outputs: list[Any], got: Collected) -> list[Any] | list[list[Any]
                 stack.append((node, i + 1))
                 kid = kids[i]
                 if id(kid) in active:
-                    return [path[active[id(kid)]:]]
+                    return [path[active[id(kid)] :]]
                 if id(kid) not in done:
                     stack.append((kid, 0))
                 continue

@@ -62,12 +62,19 @@ def test_chain_with_constants_and_kwargs():
     res = trace(dag)
     g = res.graph
     assert [a.name for a in g.actors] == ["worker0", "worker1", "worker2"]
-    assert _names(g) == ["input", "input[0]", "worker0.fwd#0", "worker1.add#0", "worker2.fwd#0",
-                         "output"]
+    assert _names(g) == [
+        "input",
+        "input[0]",
+        "worker0.fwd#0",
+        "worker1.add#0",
+        "worker2.fwd#0",
+        "output",
+    ]
     assert _args(g.nodes[2]) == [("ref", 1, 0)]
     assert [(k.name, decode_value(k.arg.constant)) for k in g.nodes[2].kwargs] == [("scale", 2.0)]
     assert [(k.name, decode_value(k.arg.constant)) for k in g.nodes[3].kwargs] == [
-        ("b", [1, {"k": (2, None)}])]
+        ("b", [1, {"k": (2, None)}])
+    ]
     assert _args(g.nodes[4]) == [("ref", 3, 0), ("const", 3)]
     a1 = g.actors[1]
     assert [decode_value(v) for v in a1.ctor_args] == [1]
@@ -89,10 +96,21 @@ def test_fan_out_fan_in_with_input_attributes():
     assert _names(g)[:4] == ["input", "input[0]", "input[1]", "input.y"]
     attrs = g.nodes[1:4]
     assert [(pb.InputKeyKind.Name(n.key_kind), n.index, n.field) for n in attrs] == [
-        ("INDEX", 0, ""), ("INDEX", 1, ""), ("FIELD", 0, "y")]
+        ("INDEX", 0, ""),
+        ("INDEX", 1, ""),
+        ("FIELD", 0, "y"),
+    ]
     assert g.num_positional == 2 and list(g.keyword_fields) == ["y"] and not g.whole_input
-    assert _kinds(g) == ["INPUT", "INPUT_ATTR", "INPUT_ATTR", "INPUT_ATTR", "CALL", "CALL",
-                         "CALL", "OUTPUT"]
+    assert _kinds(g) == [
+        "INPUT",
+        "INPUT_ATTR",
+        "INPUT_ATTR",
+        "INPUT_ATTR",
+        "CALL",
+        "CALL",
+        "CALL",
+        "OUTPUT",
+    ]
     add = g.nodes[-2]
     assert add.name == "worker2.add#0"
     left_id, right_id = (r[1] for r in _args(add))
@@ -153,8 +171,9 @@ def test_collective_allreduce_and_allgather():
     assert [n.name for n in members] == ["worker0.allreduce#1", "worker1.allreduce#1"]
     assert all(n.kind == pb.COLLECTIVE and n.collective == 0 for n in members)
     assert [g.nodes[i].collective for i in gat.nodes] == [1, 1]
-    assert _args(members[1]) == [("ref", next(n.id for n in g.nodes
-                                               if n.name == "worker1.grad#0"), 0)]
+    assert _args(members[1]) == [
+        ("ref", next(n.id for n in g.nodes if n.name == "worker1.grad#0"), 0)
+    ]
     assert red.hint.transport == pb.NCCL
     assert red.loc.line > 0
 
@@ -170,16 +189,18 @@ def test_bucketed_allreduce_returns_per_member_lists():
     member = g.nodes[g.collectives[0].nodes[0]]
     assert member.num_returns == 2 and len(member.args) == 2
     assert [(a.ref.node, a.ref.output_index) for a in g.nodes[-1].args][:2] == [
-        (member.id, 0), (member.id, 1)]
+        (member.id, 0),
+        (member.id, 1),
+    ]
 
 
 def test_tensor_hints():
     w0, w1 = Worker.bind(), Worker.bind()
     s = cgc.actor(_Two).bind()
     with InputNode() as inp:
-        x = w0.fwd.bind(inp.with_tensor_transport(device="gpu")).with_tensor_transport(
-            "nccl", _static_shape=True)
-        hint_line = sys._getframe().f_lineno - 2
+        x = w0.fwd.bind(inp.with_tensor_transport(device="gpu"))
+        hint_line = sys._getframe().f_lineno + 1
+        x.with_tensor_transport("nccl", _static_shape=True)
         a, b = s.two.bind(x)
         b.with_tensor_transport("shm", device="cpu", direct_return=True)
         dag = MultiOutputNode([w1.add.bind(a, b)])
@@ -189,14 +210,16 @@ def test_tensor_hints():
     assert h.output_index == 0 and h.hint.transport == pb.NCCL and h.hint.static_shape
     assert h.hint.loc.line == hint_line
     two = next(n for n in g.nodes if n.method == "two")
-    assert [(o.output_index, o.hint.transport, o.hint.device, o.hint.direct_return)
-            for o in two.hints] == [(1, pb.HOST, pb.CPU, True)]
+    assert [
+        (o.output_index, o.hint.transport, o.hint.device, o.hint.direct_return) for o in two.hints
+    ] == [(1, pb.HOST, pb.CPU, True)]
     assert [(o.hint.transport, o.hint.device) for o in g.nodes[0].hints] == [(pb.AUTO, pb.GPU)]
 
 
 def test_actor_options_and_names():
-    A = cgc.actor(num_gpus=1, resources={"zz": 2, "aa": 1}, runtime_env={"b": 1, "a": [2]},
-                  max_concurrency=2)(m.Worker)
+    A = cgc.actor(
+        num_gpus=1, resources={"zz": 2, "aa": 1}, runtime_env={"b": 1, "a": [2]}, max_concurrency=2
+    )(m.Worker)
     named = A.options(name="trainer", namespace="ns", num_gpus=0.5).bind()
     other = A.bind()
     with InputNode() as inp:
@@ -223,7 +246,7 @@ def test_cgc_package_reexports():
     assert cgc.InputNode is InputNode and cgc.allreduce is allreduce
 
 
-MODEL = textwrap.dedent('''
+MODEL = textwrap.dedent("""
     import cgc
     from cgc import InputNode, MultiOutputNode
 
@@ -240,7 +263,7 @@ MODEL = textwrap.dedent('''
         with InputNode() as inp:
             x = stages[0].fwd.bind(inp[0])
             return MultiOutputNode([stages[1].fwd.bind(x)])
-''')
+""")
 
 
 def _load(path):
@@ -262,8 +285,10 @@ def test_model_file_source_is_embedded_and_paths_are_relative(tmp_path):
     assert ref.module == "cgc_test_model" and ref.qualname == "Stage"
     assert ref.embedded_source == MODEL and ref.source_file == "model.py"
     assert g.nodes[-2].loc.file == "model.py" and g.nodes[-2].loc.function == "build_dag"
-    assert g.nodes[-2].loc.line == MODEL.splitlines().index(
-        "        return MultiOutputNode([stages[1].fwd.bind(x)])") + 1
+    assert (
+        g.nodes[-2].loc.line
+        == MODEL.splitlines().index("        return MultiOutputNode([stages[1].fwd.bind(x)])") + 1
+    )
 
 
 def test_trace_twice_is_byte_identical():
@@ -282,7 +307,7 @@ def test_trace_twice_is_byte_identical():
 def test_two_fresh_processes_give_identical_bytes(tmp_path):
     path = tmp_path / "model.py"
     path.write_text(MODEL)
-    script = textwrap.dedent(f'''
+    script = textwrap.dedent(f"""
         import importlib.util, sys
         spec = importlib.util.spec_from_file_location("model", {str(path)!r})
         mod = importlib.util.module_from_spec(spec); sys.modules["model"] = mod
@@ -290,9 +315,11 @@ def test_two_fresh_processes_give_identical_bytes(tmp_path):
         from cgc.frontend import trace
         g = trace(mod.build_dag(), model_file={str(path)!r}, model_module=mod).graph
         sys.stdout.buffer.write(g.SerializeToString(deterministic=True))
-    ''')
-    outs = [subprocess.run([sys.executable, "-c", script], capture_output=True, check=True).stdout
-            for _ in range(2)]
+    """)
+    outs = [
+        subprocess.run([sys.executable, "-c", script], capture_output=True, check=True).stdout
+        for _ in range(2)
+    ]
     assert outs[0] == outs[1] and len(outs[0]) > 100
 
 

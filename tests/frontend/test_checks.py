@@ -36,9 +36,13 @@ def test_wrong_arity():
     with InputNode() as inp:
         line = _next_line()
         dag = w.fwd.bind(inp, 2.0, 3)
-    err = _raises(dag, "worker.fwd#0 (Worker.fwd)", f"{FILE}:{line}",
-                  "fwd() takes 2 positional arguments but 3 positional were bound",
-                  "def fwd(x, scale=1.0)")
+    err = _raises(
+        dag,
+        "worker.fwd#0 (Worker.fwd)",
+        f"{FILE}:{line}",
+        "fwd() takes 2 positional arguments but 3 positional were bound",
+        "def fwd(x, scale=1.0)",
+    )
     assert (err.node, err.actor, err.method) == ("worker.fwd#0", "worker", "fwd")
     assert err.loc.endswith(f"{FILE}:{line}")
 
@@ -78,8 +82,9 @@ def test_dangling_node():
         line = _next_line()
         w1.log.bind(x)
         dag = w1.fwd.bind(x)
-    _raises(dag, "worker1.log#0 (Worker.log)", f"{FILE}:{line}", "reaches no output",
-            "MultiOutputNode")
+    _raises(
+        dag, "worker1.log#0 (Worker.log)", f"{FILE}:{line}", "reaches no output", "MultiOutputNode"
+    )
 
 
 def test_dangling_call_with_constant_args_on_a_graph_actor():
@@ -100,19 +105,21 @@ def test_unused_input_attribute():
     _raises(dag, "input.mask (graph input)", f"{FILE}:{line}", "reaches no output")
 
 
-@pytest.mark.parametrize("wrap", [
-    lambda x: [x],
-    lambda x: {"a": (1, [x])},
-    lambda x: ({1, 2}, [[{"deep": x}]]),
-])
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda x: [x],
+        lambda x: {"a": (1, [x])},
+        lambda x: ({1, 2}, [[{"deep": x}]]),
+    ],
+)
 def test_nodes_hidden_in_containers(wrap):
     w = Worker.bind()
     with InputNode() as inp:
         x = w.fwd.bind(inp)
         line = _next_line()
         dag = w.add.bind(wrap(x), 1)
-    _raises(dag, "worker.add#1 (Worker.add)", f"{FILE}:{line}", "hidden inside",
-            "worker.fwd#0")
+    _raises(dag, "worker.add#1 (Worker.add)", f"{FILE}:{line}", "hidden inside", "worker.fwd#0")
 
 
 def test_cycle():
@@ -146,8 +153,9 @@ def test_unencodable_constant_and_pickle_opt_in():
     with InputNode() as inp:
         line = _next_line()
         dag = w.fwd.bind(inp, scale=_Opaque())
-    _raises(dag, "worker.fwd#0 (Worker.fwd)", f"{FILE}:{line}", "keyword 'scale'",
-            "_Opaque", "allow")
+    _raises(
+        dag, "worker.fwd#0 (Worker.fwd)", f"{FILE}:{line}", "keyword 'scale'", "_Opaque", "allow"
+    )
     res = trace(dag, allow_pickle=True)
     assert res.needs_trust
     assert res.graph.nodes[1].kwargs[0].arg.constant.WhichOneof("kind") == "pickled"
@@ -190,8 +198,9 @@ def test_direct_return_on_a_multi_return_node():
         s = w0.split.options(num_returns=2).bind(inp).with_tensor_transport(_direct_return=True)
         a, b = s
         dag = w1.add.bind(a, b)
-    _raises(dag, "worker0.split#0 (Worker.split)", f"{FILE}:{line}", "direct_return",
-            "returns 2 values")
+    _raises(
+        dag, "worker0.split#0 (Worker.split)", f"{FILE}:{line}", "direct_return", "returns 2 values"
+    )
 
 
 def test_unknown_transport():
@@ -219,8 +228,9 @@ def test_multi_return_used_as_one_value():
         s = w0.split.options(num_returns=2).bind(inp)
         line = _next_line()
         dag = w1.fwd.bind(s)
-    _raises(dag, "worker1.fwd#0 (Worker.fwd)", f"{FILE}:{line}", "worker0.split#0 returns 2",
-            "unpack")
+    _raises(
+        dag, "worker1.fwd#0 (Worker.fwd)", f"{FILE}:{line}", "worker0.split#0 returns 2", "unpack"
+    )
 
 
 def test_output_must_hold_nodes():
@@ -241,7 +251,8 @@ def test_collective_bind_checks():
             line = _next_line()
             allreduce.bind([a, b])
         assert f"{FILE}:{line}: allreduce.bind: actor Worker appears more than once" in str(
-            info.value)
+            info.value
+        )
         with pytest.raises(CompileError, match="not an actor method's result"):
             allreduce.bind([inp, w1.grad.bind(inp)])
         with pytest.raises(CompileError, match="non-empty"):

@@ -69,12 +69,18 @@ def test_chain_matches_builder():
 def test_bind_sites_give_source_lines_and_ray_is_restored():
     from ray.dag import class_node, dag_node
 
-    before = (dag_node.DAGNode.__init__, dag_node.DAGNode.with_tensor_transport,
-              class_node._UnboundClassMethodNode.bind)
+    before = (
+        dag_node.DAGNode.__init__,
+        dag_node.DAGNode.with_tensor_transport,
+        class_node._UnboundClassMethodNode.bind,
+    )
     with record_ray_bind_sites():
         dag = _chain(RayWorker, RayInput, RayMulti)
-    after = (dag_node.DAGNode.__init__, dag_node.DAGNode.with_tensor_transport,
-             class_node._UnboundClassMethodNode.bind)
+    after = (
+        dag_node.DAGNode.__init__,
+        dag_node.DAGNode.with_tensor_transport,
+        class_node._UnboundClassMethodNode.bind,
+    )
     assert before == after
     g = trace(dag).graph
     assert g.nodes[-1].loc.function == "_chain"  # the line inside the model function
@@ -187,3 +193,24 @@ def test_live_handles_become_external_actors(ray_cluster):
     finally:
         ray.kill(h)
         ray.kill(h2)
+
+
+def test_recording_does_not_import_ray_and_patches_modules_imported_inside():
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        from cgc.frontend import record_ray_bind_sites
+        with record_ray_bind_sites():
+            assert "ray" not in sys.modules
+            from ray.dag import class_node, dag_node
+            inside = dag_node.DAGNode.__init__.__qualname__
+        assert inside != "DAGNode.__init__", inside
+        assert dag_node.DAGNode.__init__.__qualname__ == "DAGNode.__init__"
+        assert class_node._UnboundClassMethodNode.bind.__qualname__ == "_UnboundClassMethodNode.bind"
+        assert "cgc" not in type(dag_node.__loader__).__module__
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
