@@ -53,14 +53,15 @@ class _Pickler(pickle.Pickler):
             if dt.hasobject or dt.itemsize == 0:
                 return NotImplemented
             if obj.flags.c_contiguous:
-                order = "C"
+                order, flat = "C", obj.reshape(-1)
             elif obj.flags.f_contiguous:
-                order = "F"
+                order, flat = "F", obj.T.reshape(-1)
             else:
-                obj = np.ascontiguousarray(obj)
-                order = "C"
+                order, flat = "C", np.ascontiguousarray(obj).reshape(-1)
             dspec = dt.str if dt.fields is None and dt.subdtype is None else dt
-            return _rebuild_ndarray, (pickle.PickleBuffer(obj), dspec, obj.shape, order)
+            # Why raw bytes: the buffer protocol rejects some dtypes (datetime64, ...).
+            raw = pickle.PickleBuffer(flat.view(np.uint8))
+            return _rebuild_ndarray, (raw, dspec, obj.shape, order)
         torch = sys.modules.get("torch")
         if torch is not None and t is torch.Tensor:
             if (obj.requires_grad or obj.device.type != "cpu" or obj.layout != torch.strided
