@@ -15,7 +15,7 @@ Waiting: an optional bounded spin (``spin_us``, default 0: on 2 cores a spinner 
 CPU its peer needs), then a real kernel sleep: the waiter sets its own *waiting* flag,
 fences, re-reads the watched word and calls FUTEX_WAIT on it; the other side, after its
 store and a fence, issues FUTEX_WAKE only if a flag is set. No syscall on the fast path, no
-lost wake-up (Dekker pattern with full fences); sleeps are sliced (0.1 s) as a safety net,
+lost wake-up (Dekker pattern with full fences); sleeps are sliced (0.25 s) as a safety net,
 which keeps an idle reader at ~0% CPU. ``close``/``poison`` set ``closed`` and wake every
 futex word, so each blocked party raises ChannelClosedError.
 
@@ -62,7 +62,7 @@ _R_STRIDE = 64
 _SLOT_HDR = struct.Struct("<IIQQQ")  # layout, nbufs, pickle_len, block_id, payload_len
 _SLOT_HDR_SIZE = 32
 _INLINE, _BLOCK = 1, 2
-_SLICE = 0.1  # longest single futex sleep (safety net against any missed wake-up)
+_SLICE = 0.25  # longest single futex sleep (safety net against any missed wake-up)
 _BORROWS: dict[int, weakref.ref] = {}  # keeps borrow callbacks alive past their reader
 
 

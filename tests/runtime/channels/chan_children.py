@@ -20,6 +20,10 @@ def idle_reader(q, name, seconds):
 
     def run():
         r = ShmRingReader.attach(name, 0)
+        try:  # warm up: first-call costs (ctypes, page faults of a fresh process) excluded
+            r.read(timeout=0.05)
+        except ChannelTimeoutError:
+            pass
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.monotonic()
         try:
