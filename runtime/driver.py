@@ -104,6 +104,7 @@ class CompiledGraph:
         self._failure: tuple[type, str, dict] | None = None
         self._failed_evt = threading.Event()
         self._teardown_lock = threading.Lock()
+        self._torn_down = threading.Event()
         self._pool: Any = None
 
     # ------------------------------------------------------------------ wiring (start)
@@ -357,12 +358,22 @@ class CompiledGraph:
         from cgc.runtime.teardown import teardown_graph
 
         with self._teardown_lock:
-            if self._closing:
-                return
+            first = not self._closing
             self._closing = True
-        teardown_graph(self)
-        self._closed = True
-        _LIVE.discard(self)
+        if not first:
+            # Another thread (often the monitor) is tearing down: wait until it is done,
+            # so that "teardown() returned" always means "nothing is left" - unless this is
+            # the monitor, which the first caller joins.
+            mon = self.monitor
+            if mon is None or threading.current_thread() is not mon.thread:
+                self._torn_down.wait(self.teardown_timeout + 10)
+            return
+        try:
+            teardown_graph(self)
+        finally:
+            self._closed = True
+            self._torn_down.set()
+            _LIVE.discard(self)
 
     def __enter__(self) -> CompiledGraph:
         return self

@@ -44,18 +44,21 @@ class Monitor:
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout=2 * POLL_S + 1)
 
-    def loop_refs(self, exclude: set[str]) -> list[Any]:
-        """``wait_loop`` refs of the actors not in ``exclude`` (for teardown to wait on)."""
-        return [r for r, name in self._all.items() if name not in exclude]
+    def loop_refs(self, exclude: set[str]) -> dict[Any, str]:
+        """``wait_loop`` refs of the actors not in ``exclude``, with their actor names."""
+        return {r: name for r, name in self._all.items() if name not in exclude}
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        except (Exception, SystemExit):  # noqa: BLE001 - Ray shut down under us: stop quietly
+            return
+
+    def _watch(self) -> None:
         import ray
 
         while not self._stop.is_set() and self.waiters:
-            try:
-                ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
-            except Exception:  # noqa: BLE001 - Ray shut down under us
-                return
+            ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
             if not ready or self._stop.is_set() or self.graph._closing:
                 continue
             # Give the others a moment: a crash poisons channels, and the loops it wakes

@@ -51,16 +51,9 @@ def teardown_graph(g: Any) -> None:
                 stops.append(h.__ray_call__.remote(stop_loop, g.gid))
             except Exception:  # noqa: BLE001 - the actor may be gone
                 pass
-        waits = g.monitor.loop_refs(g.dead) if g.monitor is not None else stops
-        if waits:
-            try:
-                ready, not_ready = ray.wait(waits, num_returns=len(waits),
-                                            timeout=g.teardown_timeout)
-            except Exception:  # noqa: BLE001
-                not_ready = []
-            if not_ready:
-                log.warning("cgc: graph %r: %d actor loop(s) did not stop within %.1f s",
-                            g.name, len(not_ready), g.teardown_timeout)
+        waits = (g.monitor.loop_refs(g.dead) if g.monitor is not None
+                 else dict(zip(stops, live, strict=False)))
+        _wait_loops(g, waits)
     if g.monitor is not None:
         g.monitor.stop()
     _close_driver_endpoints(g)
@@ -80,6 +73,37 @@ def teardown_graph(g: Any) -> None:
     if pool is not None:
         on_pool = threading.current_thread().name.startswith(f"cgc-async-{g.gid}")
         pool.shutdown(wait=not on_pool, cancel_futures=True)
+
+
+def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
+    """Wait for the loops to exit: briefly for actors we kill anyway, fully for external ones.
+
+    Why: a loop stuck in a long user method cannot exit until the method returns; actors
+    the plan created are killed next (their leftovers are unlinked by prefix), external
+    actors must be left clean, so only they get the whole teardown timeout.
+    """
+    import time
+
+    import ray
+
+    if not waits:
+        return
+    deadline = time.monotonic() + g.teardown_timeout
+    try:
+        _, pending = ray.wait(list(waits), num_returns=len(waits),
+                              timeout=min(g.teardown_timeout, 2.0))
+        external = [r for r in pending if waits[r] not in g.created]
+        if external:
+            _, pending = ray.wait(external, num_returns=len(external),
+                                  timeout=max(0.0, deadline - time.monotonic()))
+            pending = external and pending
+    except (Exception, SystemExit):  # noqa: BLE001 - Ray shutting down: nothing to wait for
+        return
+    stuck = sorted(waits[r] for r in pending if waits[r] not in g.created)
+    if stuck:
+        log.warning("cgc: graph %r: the loops of %s did not stop within %.1f s (busy in a "
+                    "method call?); they exit when it returns", g.name, ", ".join(stuck),
+                    g.teardown_timeout)
 
 
 def _close_driver_endpoints(g: Any) -> None:

@@ -100,9 +100,17 @@ def slow_plan():
     return cgc.compile(dag, name="t_slow")
 
 
-def two_actor_pid_plan(handles=None):
-    """a.pid -> b.combine; with ``handles`` (two live actors) the plan binds them."""
+def two_actor_plan(handles=None):
+    """b.combine(a.slow(x), x); with ``handles`` (two live actors) the plan binds them."""
     a, b = handles if handles is not None else (Worker.bind(), Worker.bind())
     with InputNode() as inp:
-        dag = b.combine.bind(a.add.bind(inp), inp)
+        dag = b.combine.bind(a.slow.bind(inp), inp)
     return cgc.compile(dag, name="t_pair")
+
+
+def slow_chain_plan():
+    """a.slow(x) -> b.add: an execution stays pending while a sleeps."""
+    a, b = Worker.bind(), Worker.bind(1)
+    with InputNode() as inp:
+        dag = b.add.bind(a.slow.bind(inp))
+    return cgc.compile(dag, name="t_slow_chain")
