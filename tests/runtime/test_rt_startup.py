@@ -1,0 +1,129 @@
+"""Start-up: plan files, placement checks, binding actors, import isolation, idle cost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import rt_graphs as G
+
+import cgc
+from cgc import InputNode
+from cgc.runtime import PlacementError, Plan, PlanFormatError, SetupError, load
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_save_load_roundtrip_and_run(ray_cluster, tmp_path):
+    plan = cgc.compile_file(ROOT / "examples" / "multi_return.py")
+    path = tmp_path / "mr.cgplan"
+    plan.save(path)
+    loaded = load(path)
+    assert isinstance(loaded, Plan) and loaded.name == "multi_return"
+    assert loaded.proto == plan.proto and not loaded.classes
+    with loaded.start(get_timeout=30) as g:  # embedded source: built inside the actors
+        assert [r.get() for r in g.execute("a bb ccc")] == [3, "8 chars"]
+
+
+def test_bad_plan_files(tmp_path):
+    with pytest.raises(PlanFormatError):
+        load(tmp_path / "missing.cgplan")
+    (tmp_path / "junk.cgplan").write_bytes(b"not a plan")
+    with pytest.raises(PlanFormatError):
+        cgc.load(tmp_path / "junk.cgplan")
+    proto = G.echo_plan().proto
+    proto.ClearField("lowered")
+    with pytest.raises(PlanFormatError, match="programs"):
+        Plan(proto).start()
+
+
+def test_unplaceable_actor_is_named(ray_cluster):
+    w = G.Worker.options(resources={"no_such_accelerator": 1}).bind()
+    with InputNode() as inp:
+        dag = w.add.bind(inp)
+    plan = cgc.compile(dag, name="t_unplaceable")
+    with pytest.raises(PlacementError, match="actor worker needs .*no_such_accelerator"):
+        plan.start(address="auto")
+
+
+def test_missing_external_actor_is_clear(ray_cluster):
+    proto = G.echo_plan().proto
+    proto.graph.actors[0].external.name = "cgc-test-no-such-actor"
+    with pytest.raises(SetupError, match="cgc-test-no-such-actor"):
+        Plan(proto).start()
+
+
+def test_named_external_actor_is_bound_not_killed(ray_cluster):
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(G)
+    try:
+        h = ray.remote(G.Worker.__wrapped__).options(name="cgc-test-ext").remote(5)
+    finally:
+        cloudpickle.unregister_pickle_by_value(G)
+    try:
+        proto = G.chain_plan(1).proto
+        proto.graph.actors[0].external.name = "cgc-test-ext"
+        with Plan(proto).start(get_timeout=30) as g:  # no live handle: found by name
+            assert g.execute(1).get() == 6
+        assert ray.get(h.add.remote(1), timeout=10) == 6  # still alive after teardown
+    finally:
+        ray.kill(h)
+
+
+def test_idle_graph_uses_almost_no_cpu(ray_cluster):
+    with G.chain_plan(3).start(get_timeout=30) as g:
+        assert g.execute(1).get() == 7
+        pids = [ray.get(h.pid.remote(), timeout=10) for h in g.actors.values()]
+        time.sleep(0.5)
+        before = [_cpu_seconds(p) for p in pids]
+        t0 = time.monotonic()
+        time.sleep(3.0)
+        used = [_cpu_seconds(p) - b for p, b in zip(pids, before, strict=True)]
+        elapsed = time.monotonic() - t0
+    share = [u / elapsed for u in used]
+    assert sum(share) / len(share) < 0.02, f"idle CPU share per actor: {share}"
+
+
+def test_runtime_never_imports_the_compiler(ray_cluster, tmp_path):
+    plan = tmp_path / "echo.cgplan"
+    cgc.compile_file(ROOT / "examples" / "echo.py").save(plan)
+    bad = tmp_path / "bad.cgplan"
+    proto = G.echo_plan().proto
+    proto.graph.actors[0].options.resources.add(name="no_such_accelerator", amount=1)
+    Plan(proto).save(bad)
+    script = textwrap.dedent(f"""
+        import json, sys
+        import cgc.runtime as rt
+        from cgc.runtime import PlacementError
+        out = {{}}
+        with rt.load({str(plan)!r}).start(address="auto", get_timeout=30) as g:
+            out["value"] = g.execute("hi").get()
+        try:
+            rt.load({str(bad)!r}).start(address="auto")
+        except PlacementError as exc:
+            out["placement"] = str(exc)
+        out["modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "networkx"
+                                or m.startswith(("cgc.frontend", "cgc.passes", "cgc.verify")))
+        print("RESULT" + json.dumps(out))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    assert line, proc.stdout + proc.stderr
+    out = json.loads(line[0][len("RESULT"):])
+    assert out["value"] == "hi"
+    assert "echo" in out["placement"] and "no_such_accelerator" in out["placement"]
+    assert out["modules"] == []
