@@ -5,6 +5,9 @@ This is the one place that knows how a plan ``Channel`` becomes a concrete chann
 
 - ``CHAN_HOST`` with every endpoint on one node: a shared-memory ring, segment
   ``<prefix>-c<id>``, reader ``i`` = position in ``Channel.readers`` ("@driver" included).
+- ``CHAN_HOST`` with endpoints on several nodes (or ``host_transport="tcp"``): a TCP
+  channel; the writer listens (set-up round 2 reports ``(ip, port)``), every reader
+  connects, one write sends to all of them with per-message sequence numbers.
 - ``CHAN_NCCL`` and collectives: a ``Communicator`` per plan communicator and member, from
   ``communicator_factory(backend)`` - the CPU communicator when GPUs are absent or
   ``communicator="cpu"``; a NCCL implementation slots in by registering a factory.
@@ -29,6 +32,8 @@ __all__ = [
     "channel_name",
     "open_writer",
     "open_reader",
+    "open_tcp_writer",
+    "open_tcp_reader",
     "poison_channel",
     "register_communicator",
     "communicator_factory",
@@ -80,6 +85,24 @@ def open_reader(ch: pb.Channel, prefix: str, reader: str, *, spin_us: float = 0.
         channel_name(prefix, ch.id), list(ch.readers).index(reader), spin_us=spin_us,
         timeout=timeout,
     )
+
+
+def open_tcp_writer(ch: pb.Channel) -> Any:
+    """Listen for the readers of host channel ``ch`` (they connect to ``.port``)."""
+    from cgc.runtime.channels.tcp import TcpWriter
+
+    return TcpWriter.listen("0.0.0.0", 0, num_readers=len(ch.readers))
+
+
+def open_tcp_reader(addr: tuple[str, int], timeout: float = 30.0) -> Any:
+    """Connect to the TCP writer at ``addr`` = (ip, port).
+
+    Raises:
+        ChannelTimeoutError: nobody listens there within ``timeout``.
+    """
+    from cgc.runtime.channels.tcp import TcpReader
+
+    return TcpReader.connect(addr[0], addr[1], timeout=timeout)
 
 
 def poison_channel(prefix: str, cid: int) -> bool:

@@ -30,7 +30,13 @@ from cgc.plan_schema.values import decode_value
 from cgc.runtime.actors import user_object
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ErrorValue
-from cgc.runtime.endpoints import open_communicator, open_reader, open_writer
+from cgc.runtime.endpoints import (
+    open_communicator,
+    open_reader,
+    open_tcp_reader,
+    open_tcp_writer,
+    open_writer,
+)
 from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
@@ -91,15 +97,30 @@ class ActorLoop:
         return ([c for c in chans if c.writer == self.actor],
                 [c for c in chans if self.actor in c.readers])
 
-    def open_writers(self) -> None:
+    def open_writers(self, tcp: set[int], ip: str) -> dict[int, tuple[str, int]]:
+        """Create this actor's writers; return ``(ip, port)`` of its TCP ones."""
+        addrs = {}
         for ch in self.my_channels()[0]:
-            self.writers[ch.id] = open_writer(ch, self.prefix, spin_us=self.spin_us,
-                                              default_slot_bytes=self.slot_bytes)
+            if ch.id in tcp:
+                w = self.writers[ch.id] = open_tcp_writer(ch)
+                addrs[ch.id] = (ip, w.port)
+            else:
+                self.writers[ch.id] = open_writer(ch, self.prefix, spin_us=self.spin_us,
+                                                  default_slot_bytes=self.slot_bytes)
+        return addrs
 
-    def open_readers_and_comms(self, timeout: float) -> None:
+    def open_readers_and_comms(self, timeout: float, addrs: dict[int, tuple[str, int]]) -> None:
+        # Connect first, accept after: every writer already listens (round 2), so connects
+        # complete from the listen backlog and no two actors wait on each other here.
         for ch in self.my_channels()[1]:
-            self.readers[ch.id] = open_reader(ch, self.prefix, self.actor,
-                                              spin_us=self.spin_us, timeout=timeout)
+            if ch.id in addrs:
+                self.readers[ch.id] = open_tcp_reader(addrs[ch.id], timeout)
+            else:
+                self.readers[ch.id] = open_reader(ch, self.prefix, self.actor,
+                                                  spin_us=self.spin_us, timeout=timeout)
+        for cid, w in self.writers.items():
+            if cid in addrs:
+                w.accept(timeout)
         for comm in self.plan.lowered.communicators:
             if self.actor in comm.members:
                 backend = "cpu" if self.force_cpu else (comm.backend or "nccl")
@@ -355,7 +376,7 @@ class ActorLoop:
                 pass
         for r in self.readers.values():
             try:
-                r.detach()
+                getattr(r, "detach", r.close)()  # TCP readers only close
             except Exception:  # noqa: BLE001
                 pass
         for comm in self.comms.values():
@@ -389,7 +410,8 @@ def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str, opts: dict) 
     with _LOOPS_LOCK:
         _LOOPS[gid] = loop
     ctx = ray.get_runtime_context()
-    return {"node": ctx.get_node_id(), "pid": os.getpid()}
+    return {"node": ctx.get_node_id(), "pid": os.getpid(),
+            "ip": ray.util.get_node_ip_address()}
 
 
 def _loop(gid: str) -> ActorLoop:
@@ -400,12 +422,13 @@ def _loop(gid: str) -> ActorLoop:
     return loop
 
 
-def setup_writers(self: Any, gid: str) -> None:
-    """Create the writing ends of this actor's host channels."""
-    _loop(gid).open_writers()
+def setup_writers(self: Any, gid: str, tcp: set[int], ip: str) -> dict[int, tuple[str, int]]:
+    """Create the writing ends of this actor's host channels (``tcp``: ids bound to TCP)."""
+    return _loop(gid).open_writers(tcp, ip)
 
 
-def setup_start(self: Any, gid: str, timeout: float) -> float:
+def setup_start(self: Any, gid: str, timeout: float,
+                addrs: dict[int, tuple[str, int]]) -> float:
     """Attach readers, join communicators, warm every edge, start the loop thread.
 
     Returns the seconds spent; on failure the actor's part is closed again.
@@ -413,7 +436,7 @@ def setup_start(self: Any, gid: str, timeout: float) -> float:
     t0 = time.perf_counter()
     loop = _loop(gid)
     try:
-        loop.open_readers_and_comms(timeout)
+        loop.open_readers_and_comms(timeout, addrs)
         loop.warm(timeout)
         loop.start()
     except BaseException:

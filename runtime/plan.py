@@ -77,6 +77,7 @@ class Plan:
         communicator: str = "auto",
         capacity: int | None = None,
         spin_us: int | None = None,
+        host_transport: str = "auto",
     ) -> CompiledGraph:
         """Start the plan on Ray and return the running graph.
 
@@ -84,6 +85,10 @@ class Plan:
         ``"auto"`` or a URL joins a cluster. Timeouts (seconds) default to ``plan.config``
         (0 there: submit 30 s, get unlimited, teardown 10 s, set-up 120 s). ``communicator``:
         ``"auto"`` (NCCL with GPUs, else the CPU communicator) or ``"cpu"``.
+        ``capacity`` lowers the executions in flight (never above the driver channels'
+        slots); ``spin_us`` overrides the plan's busy-wait; ``host_transport``: ``"auto"``
+        (shared memory on one node, TCP across nodes) or ``"tcp"`` (TCP everywhere, to
+        exercise the cross-node path on one machine).
 
         Example::
 
@@ -108,6 +113,7 @@ class Plan:
             communicator=communicator,
             capacity=capacity,
             spin_us=spin_us,
+            host_transport=host_transport,
         )
 
 

@@ -29,8 +29,9 @@ from typing import Any
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.channels.errors import ChannelClosedError
+from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.driver import CompiledGraph
+from cgc.runtime.endpoints import DEFAULT_SLOTS
 from cgc.runtime.errors import CgcError, SetupError
 from cgc.runtime.wire import PING, Ping, input_value
 
@@ -72,6 +73,7 @@ def resolve_config(proto: pb.Plan, **over: Any) -> dict[str, Any]:
         "slot_bytes": int(c.default_slot_bytes),
         "max_buffered_results": int(c.max_buffered_results
                                     or DEFAULTS["max_buffered_results"]),
+        "host_transport": over.get("host_transport") or "auto",
     }
 
 
@@ -82,6 +84,22 @@ def _input_picker(node: pb.Node) -> Any:
     if field is None:
         return lambda args, kwargs: args[index]
     return lambda args, kwargs: kwargs[field]
+
+
+def _tcp_channels(low: pb.Lowered, node: dict[str, str], mode: str) -> set[int]:
+    """Host channels to bind to TCP: endpoints on different nodes, or every one ("tcp")."""
+    if mode not in ("auto", "shm", "tcp"):
+        raise SetupError(f"host_transport must be 'auto', 'shm' or 'tcp', not {mode!r}")
+    out = set()
+    for ch in low.channels:
+        if ch.kind != pb.CHAN_HOST:
+            continue
+        nodes = {node[ch.writer]} | {node[r] for r in ch.readers}
+        if mode == "tcp" or len(nodes) > 1:
+            out.add(ch.id)
+    if out and mode == "shm":
+        raise SetupError("host_transport='shm' but some channels cross nodes")
+    return out
 
 
 def _gather(refs: dict[Any, str], deadline: float, what: str) -> dict[str, Any]:
@@ -126,6 +144,17 @@ def start_graph(plan: Any, address: str | None, *, communicator: str = "auto",
     if notice:
         log.warning(notice)
     check_placement(proto, info.drop_gpus)
+    # Why the clamp: with no more executions in flight than the driver's channels hold,
+    # no actor ever blocks writing a result the driver has not read yet, so execute()'s
+    # input writes always drain (the capacity pass computes it this way too).
+    driver_chans = list(proto.lowered.input_channels) + list(proto.lowered.output_channels)
+    room = min((proto.lowered.channels[c - 1].slots or DEFAULT_SLOTS for c in driver_chans),
+               default=cfg["capacity"])
+    if cfg["capacity"] > room:
+        if overrides.get("capacity"):
+            log.warning("cgc: capacity %d exceeds the %d slots of the driver's channels; "
+                        "using %d", cfg["capacity"], room, room)
+        cfg["capacity"] = room
     gid = uuid.uuid4().hex[:10]
     graph = CompiledGraph(plan, gid, f"cgc-{os.getpid()}-{gid}", cfg)
     deadline = time.monotonic() + cfg["setup_timeout"]
@@ -146,7 +175,7 @@ def start_graph(plan: Any, address: str | None, *, communicator: str = "auto",
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
                   deadline: float) -> None:
     from cgc.runtime import executor as ex
-    from cgc.runtime.endpoints import open_reader, open_writer
+    from cgc.runtime.endpoints import open_reader, open_tcp_reader, open_tcp_writer, open_writer
     from cgc.runtime.monitor import Monitor
 
     handles = graph.actors
@@ -157,34 +186,46 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n
                       for n, h in handles.items()}, deadline, "starting the actors")
-    remote = sorted(n for n, p in probes.items() if p["node"] != info.driver_node)
-    if remote and any(c.kind == pb.CHAN_HOST for c in low.channels):
-        raise SetupError(
-            f"actors {', '.join(remote)} run on another node than the driver; host channels "
-            "across nodes need the TCP channel binding, which this runtime does not wire up "
-            "yet (run the driver on the actors' node)")
-    # Round 2: writers create their rings; the driver creates the input rings.
-    refs = {h.__ray_call__.remote(ex.setup_writers, graph.gid): n for n, h in handles.items()}
+    node = {n: p["node"] for n, p in probes.items()}
+    node[DRIVER] = info.driver_node
+    tcp = _tcp_channels(low, node, cfg["host_transport"])
+    # Round 2: writers create their rings (or TCP listeners); the driver its input ones.
+    import ray
+
+    my_ip = ray.util.get_node_ip_address()
+    refs = {h.__ray_call__.remote(ex.setup_writers, graph.gid, tcp, probes[n]["ip"]): n
+            for n, h in handles.items()}
     by_id = {c.id: c for c in low.channels}
+    addrs: dict[int, tuple[str, int]] = {}
     for cid in dict.fromkeys(low.input_channels):
         ch = by_id[cid]
-        w = open_writer(ch, graph.prefix, spin_us=cfg["spin_us"],
-                        default_slot_bytes=cfg["slot_bytes"])
+        if cid in tcp:
+            w = open_tcp_writer(ch)
+            addrs[cid] = (my_ip, w.port)
+        else:
+            w = open_writer(ch, graph.prefix, spin_us=cfg["spin_us"],
+                            default_slot_bytes=cfg["slot_bytes"])
         graph._in_writers.append(w)
         graph._inputs.append((w.write, _input_picker(proto.graph.nodes[ch.source.node])))
-    _gather(refs, deadline, "creating channels")
-    # Round 3: attach, warm every edge, start the loops.
+    for got in _gather(refs, deadline, "creating channels").values():
+        addrs.update(got)
+    # Round 3: attach/connect, warm every edge, start the loops.
     left = max(1.0, deadline - time.monotonic())
-    refs = {h.__ray_call__.remote(ex.setup_start, graph.gid, left): n
+    refs = {h.__ray_call__.remote(ex.setup_start, graph.gid, left, addrs): n
             for n, h in handles.items()}
     uniq = list(dict.fromkeys(low.output_channels))
     try:
+        for cid in uniq:  # connect before accepting: see ActorLoop.open_readers_and_comms
+            graph._out_readers.append(
+                open_tcp_reader(addrs[cid], left) if cid in tcp else
+                open_reader(by_id[cid], graph.prefix, DRIVER, spin_us=cfg["spin_us"],
+                            timeout=left))
+        for cid, w in zip(dict.fromkeys(low.input_channels), graph._in_writers, strict=True):
+            if cid in tcp:
+                w.accept(left)
         for w in graph._in_writers:
             w.write(PING, left)
-        for cid in uniq:
-            graph._out_readers.append(open_reader(by_id[cid], graph.prefix, DRIVER,
-                                                  spin_us=cfg["spin_us"], timeout=left))
-    except ChannelClosedError:
+    except (ChannelClosedError, ChannelTimeoutError):
         pass  # an actor's set-up failed and poisoned its channels: _gather says why
     graph._out_pos = [uniq.index(c) for c in low.output_channels]
     _gather(refs, deadline, "warming up the channels")

@@ -25,9 +25,14 @@ log = logging.getLogger("cgc.runtime")
 
 
 def poison_all(graph: Any) -> None:
-    """Poison every host channel of the graph that lives on this node."""
+    """Poison the driver's endpoints and every host ring of the graph on this node."""
     from cgc.runtime.endpoints import poison_channel
 
+    for ep in list(graph._in_writers) + list(graph._out_readers):
+        try:
+            ep.poison()  # also reaches TCP channels, which have no name to poison by
+        except Exception:  # noqa: BLE001 - best effort
+            pass
     for ch in graph.plan.proto.lowered.channels:
         if ch.kind == pb.CHAN_HOST:
             try:
@@ -123,7 +128,7 @@ def _close_driver_endpoints(g: Any) -> None:
         if got_read:
             for r in g._out_readers:
                 try:
-                    r.detach()
+                    getattr(r, "detach", r.close)()  # TCP readers only close
                 except Exception:  # noqa: BLE001
                     pass
             g._out_readers = []

@@ -89,3 +89,12 @@ def test_pipelined_throughput_beats_serial(chain):
     assert [r.get() for r in refs][-1] == 205
     piped = time.perf_counter() - t0
     assert piped < serial * 1.5  # pipelining never makes it much slower
+
+
+def test_tcp_binding_end_to_end(ray_cluster):
+    """The cross-node path (TCP channels with sequence numbers), forced on one machine."""
+    with G.fanout_plan(2).start(host_transport="tcp", get_timeout=30) as g:
+        assert [g.execute(i).get() for i in range(3)] == [2 * i + 1 for i in range(3)]
+        big = np.ones(200_000)
+        with G.echo_plan().start(host_transport="tcp", get_timeout=30) as e:
+            np.testing.assert_array_equal(e.execute(big).get(), big)
