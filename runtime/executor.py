@@ -393,7 +393,18 @@ class ActorLoop:
         if not 0 <= self.pc < len(ops):
             return f"{self.actor}: starting (execution {self.exec})"
         part = "prologue" if self.in_prologue else f"execution {self.exec}"
-        return f"{self.actor}: {part}, op {self.pc} {op_text(ops[self.pc], self.plan)}"
+        op = ops[self.pc]
+        low = self.plan.lowered
+        if op.kind in (pb.READ, pb.RECV):
+            doing = f"waiting for channel {op.channel} from {low.channels[op.channel - 1].writer}"
+        elif op.kind in (pb.WRITE, pb.SEND):
+            readers = ", ".join(low.channels[op.channel - 1].readers)
+            doing = f"waiting to put channel {op.channel} to {readers}"
+        elif op.kind == pb.COMPUTE:
+            doing = "running the method"
+        else:
+            doing = "in the collective"
+        return f"{self.actor}: {part}, op {self.pc} {op_text(op, self.plan)}: {doing}"
 
 
 # ---------------------------------------------------------------------- remote entry points

@@ -117,7 +117,10 @@ def test_runtime_never_imports_the_compiler(ray_cluster, tmp_path):
             out["placement"] = str(exc)
         out["modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "networkx"
                                 or m.startswith(("cgc.frontend", "cgc.passes", "cgc.verify")))
-        print("RESULT" + json.dumps(out))
+        left_running = rt.load({str(plan)!r}).start(address="auto", get_timeout=30)
+        assert left_running.execute("again").get() == "again"
+        out["pid"] = __import__("os").getpid()
+        print("RESULT" + json.dumps(out))  # exits with the graph running: atexit tears down
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
@@ -127,3 +130,6 @@ def test_runtime_never_imports_the_compiler(ray_cluster, tmp_path):
     assert out["value"] == "hi"
     assert "echo" in out["placement"] and "no_such_accelerator" in out["placement"]
     assert out["modules"] == []
+    assert proc.returncode == 0, proc.stderr
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(f"cgc-{out['pid']}-")]
+    assert left == []
