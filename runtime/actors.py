@@ -41,6 +41,10 @@ def user_object(actor_self: Any) -> Any:
 
 def _unwrap(obj: Any) -> Any:
     # @cgc.actor returns a wrapper around the plain class; __wrapped__ is the class.
+    # @ray.remote returns an ActorClass; the user's class sits in its metadata.
+    meta = getattr(obj, "__ray_metadata__", None)
+    if meta is not None:
+        return meta.modified_class.__ray_actor_class__
     return getattr(obj, "__wrapped__", obj)
 
 
