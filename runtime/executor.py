@@ -29,7 +29,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.actors import user_object
 from cgc.runtime.channels.comm import reduce_values
-from cgc.runtime.channels.errors import ChannelClosedError, ErrorValue
+from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.endpoints import (
     open_communicator,
     open_reader,
@@ -174,9 +174,18 @@ class ActorLoop:
             return do_read_whole
         if op.kind == pb.WRITE:
             write, key = self.writers[op.channel].write, (op.task, op.output_index)
+            method = graph.nodes[op.task].method or graph.nodes[op.task].name
 
             def do_write() -> None:
-                write(tabs[off][key])
+                value = tabs[off][key]
+                try:
+                    write(value)
+                except (ChannelClosedError, ChannelTimeoutError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - unpicklable result: nothing was written
+                    bad = TypeError(f"the result of {self.actor}.{method} cannot be sent "
+                                    f"({type(value).__name__}): {exc}")
+                    write(self._error(bad, method, off))
             return do_write
         if op.kind == pb.COMPUTE:
             return self._compile_compute(graph.nodes[op.task], off)

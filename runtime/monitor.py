@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -51,8 +52,15 @@ class Monitor:
     def _run(self) -> None:
         try:
             self._watch()
-        except (Exception, SystemExit):  # noqa: BLE001 - Ray shut down under us: stop quietly
+        except SystemExit:  # Ray shut down under us: stop quietly
             return
+        except Exception as exc:  # noqa: BLE001 - say so: failures would go unnoticed now
+            import ray
+
+            if ray.is_initialized() and not self._stop.is_set():
+                logging.getLogger("cgc.runtime").warning(
+                    "cgc: the monitor of graph %r stopped (%s: %s); actor deaths will only "
+                    "show as timeouts", self.graph.name, type(exc).__name__, exc)
 
     def _watch(self) -> None:
         import ray

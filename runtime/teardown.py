@@ -44,7 +44,12 @@ def poison_all(graph: Any) -> None:
 def teardown_graph(g: Any) -> None:
     import ray
 
-    poison_all(g)
+    poison_all(g)  # first: a get() blocked in a read holds the read lock until it wakes
+    if g._read_lock.acquire(timeout=2.0):
+        try:  # an execute() waiting for buffered results to be fetched: wake it
+            g._room.notify_all()
+        finally:
+            g._read_lock.release()
     live = {n: h for n, h in g.actors.items() if n not in g.dead}
     ray_up = ray.is_initialized()
     stops = []

@@ -45,6 +45,11 @@ class Worker:
     def pid(self, x=None):
         return os.getpid()
 
+    def unsendable(self, x):
+        if x:
+            return lambda: x  # a lambda cannot be pickled by the channel
+        return x
+
     def combine(self, *xs):
         return sum(xs)
 
@@ -114,3 +119,10 @@ def slow_chain_plan():
     with InputNode() as inp:
         dag = b.add.bind(a.slow.bind(inp))
     return cgc.compile(dag, name="t_slow_chain")
+
+
+def unsendable_plan():
+    a, b = Worker.bind(), Worker.bind(1)
+    with InputNode() as inp:
+        dag = b.add.bind(a.unsendable.bind(inp))
+    return cgc.compile(dag, name="t_unsendable")

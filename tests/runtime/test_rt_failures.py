@@ -49,6 +49,14 @@ def test_error_in_one_output_of_many(ray_cluster):
         assert [r.get() for r in g.execute(1)] == [1, 102]
 
 
+def test_unsendable_result_is_an_error_value(ray_cluster):
+    with G.unsendable_plan().start(get_timeout=30) as g:
+        with pytest.raises(TypeError, match="cannot be sent") as info:
+            g.execute(1).get()
+        assert info.value.actor == "worker0"
+        assert g.execute(0).get() == 1  # the graph keeps working
+
+
 def test_get_timeout_names_where_actors_are_blocked(ray_cluster):
     with G.slow_plan().start() as g:
         ref = g.execute(1.5)
