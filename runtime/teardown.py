@@ -42,6 +42,23 @@ def poison_all(graph: Any) -> None:
 
 
 def teardown_graph(g: Any) -> None:
+    """Tear ``g`` down (see module docstring); every step runs even if an earlier one fails."""
+    try:
+        _stop_everything(g)
+    finally:
+        try:
+            from cgc.runtime.channels.shm import cleanup_segments
+
+            cleanup_segments(g.prefix)
+        except Exception:  # noqa: BLE001
+            pass
+        pool, g._pool = g._pool, None
+        if pool is not None:
+            on_pool = threading.current_thread().name.startswith(f"cgc-async-{g.gid}")
+            pool.shutdown(wait=not on_pool, cancel_futures=True)
+
+
+def _stop_everything(g: Any) -> None:
     import ray
 
     poison_all(g)  # first: a get() blocked in a read holds the read lock until it wakes
@@ -59,7 +76,7 @@ def teardown_graph(g: Any) -> None:
         for h in live.values():
             try:
                 stops.append(h.__ray_call__.remote(stop_loop, g.gid))
-            except Exception:  # noqa: BLE001 - the actor may be gone
+            except (Exception, SystemExit):  # noqa: BLE001 - the actor or Ray may be gone
                 pass
         waits = (g.monitor.loop_refs(g.dead) if g.monitor is not None
                  else dict(zip(stops, live, strict=False)))
@@ -71,18 +88,8 @@ def teardown_graph(g: Any) -> None:
         for name in g.created:
             try:
                 ray.kill(g.actors[name], no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead
+            except (Exception, SystemExit):  # noqa: BLE001 - already dead, or Ray is gone
                 pass
-    try:
-        from cgc.runtime.channels.shm import cleanup_segments
-
-        cleanup_segments(g.prefix)
-    except Exception:  # noqa: BLE001
-        pass
-    pool, g._pool = g._pool, None
-    if pool is not None:
-        on_pool = threading.current_thread().name.startswith(f"cgc-async-{g.gid}")
-        pool.shutdown(wait=not on_pool, cancel_futures=True)
 
 
 def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
