@@ -1,7 +1,7 @@
 """The per-actor executor: replays one actor's program in a loop thread inside the actor.
 
-The driver drives set-up through ``actor.__ray_call__`` with the module functions at the
-bottom (each batched over all actors, one round at a time):
+The driver drives set-up through ``actor.__ray_call__`` with the functions in
+``cgc.runtime.actor_calls`` (each batched over all actors, one round at a time):
 
 1. ``setup_probe``   - build the ``ActorLoop`` (resolve methods, decode constants); report
    node and pid.
@@ -22,12 +22,10 @@ output; a task with an ``ErrorValue`` input skips its call and forwards it.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
-from cgc.runtime.actors import user_object
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.endpoints import (
@@ -41,18 +39,10 @@ from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
-__all__ = [
-    "ActorLoop",
-    "setup_probe",
-    "setup_writers",
-    "setup_start",
-    "wait_loop",
-    "stop_loop",
-    "where_blocked",
-]
+__all__ = ["ActorLoop", "LOOPS", "LOOPS_LOCK"]
 
-_LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
-_LOOPS_LOCK = threading.Lock()
+LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
+LOOPS_LOCK = threading.Lock()
 _REDUCE = {pb.SUM: "sum", pb.PRODUCT: "product", pb.MAX: "max", pb.MIN: "min", pb.AVG: "avg"}
 
 
@@ -360,8 +350,8 @@ class ActorLoop:
             tabs[1].clear()
             self.close()
             self.exited.set()
-            with _LOOPS_LOCK:
-                _LOOPS.pop(self.gid, None)
+            with LOOPS_LOCK:
+                LOOPS.pop(self.gid, None)
 
     def poison(self) -> None:
         """Wake every blocked op of this loop (they raise ChannelClosedError)."""
@@ -414,88 +404,3 @@ class ActorLoop:
         else:
             doing = "in the collective"
         return f"{self.actor}: {part}, op {self.pc} {op_text(op, self.plan)}: {doing}"
-
-
-# ---------------------------------------------------------------------- remote entry points
-# Called as actor.__ray_call__.remote(fn, ...): ``self`` is the actor instance.
-
-
-def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str, opts: dict) -> dict:
-    """Build this actor's loop for graph ``gid``; return where the actor runs."""
-    import os
-
-    import ray
-
-    loop = ActorLoop(gid, pb.Plan.FromString(plan_bytes), actor, user_object(self), opts)
-    with _LOOPS_LOCK:
-        _LOOPS[gid] = loop
-    ctx = ray.get_runtime_context()
-    return {"node": ctx.get_node_id(), "pid": os.getpid(),
-            "ip": ray.util.get_node_ip_address()}
-
-
-def _loop(gid: str) -> ActorLoop:
-    with _LOOPS_LOCK:
-        loop = _LOOPS.get(gid)
-    if loop is None:
-        raise SetupError(f"graph {gid} is not set up on this actor (torn down?)")
-    return loop
-
-
-def setup_writers(self: Any, gid: str, tcp: set[int], ip: str) -> dict[int, tuple[str, int]]:
-    """Create the writing ends of this actor's host channels (``tcp``: ids bound to TCP)."""
-    return _loop(gid).open_writers(tcp, ip)
-
-
-def setup_start(self: Any, gid: str, timeout: float,
-                addrs: dict[int, tuple[str, int]]) -> float:
-    """Attach readers, join communicators, warm every edge, start the loop thread.
-
-    Returns the seconds spent; on failure the actor's part is closed again.
-    """
-    t0 = time.perf_counter()
-    loop = _loop(gid)
-    try:
-        loop.open_readers_and_comms(timeout, addrs)
-        loop.warm(timeout)
-        loop.start()
-    except BaseException:
-        loop.poison()
-        loop.close()
-        with _LOOPS_LOCK:
-            _LOOPS.pop(gid, None)
-        raise
-    return time.perf_counter() - t0
-
-
-def wait_loop(self: Any, gid: str) -> str | None:
-    """Block until the loop of ``gid`` exits; return its crash traceback, if any."""
-    with _LOOPS_LOCK:
-        loop = _LOOPS.get(gid)
-    if loop is None:
-        return None
-    loop.exited.wait()
-    return loop.crash
-
-
-def stop_loop(self: Any, gid: str) -> bool:
-    """Poison the loop's endpoints so it exits; close them if it never started."""
-    with _LOOPS_LOCK:
-        loop = _LOOPS.get(gid)
-    if loop is None:
-        return False
-    loop.stopping = True
-    loop.poison()
-    if loop.thread is None:  # set-up did not get as far as the loop: clean up here
-        loop.close()
-        loop.exited.set()
-        with _LOOPS_LOCK:
-            _LOOPS.pop(gid, None)
-    return True
-
-
-def where_blocked(self: Any, gid: str) -> str:
-    """One line: which op the loop of ``gid`` is at (for timeout messages)."""
-    with _LOOPS_LOCK:
-        loop = _LOOPS.get(gid)
-    return loop.where() if loop is not None else "no loop"

@@ -107,7 +107,7 @@ class Monitor:
         """Ask each live actor which op its loop is at (one line each; for timeouts)."""
         import ray
 
-        from cgc.runtime.executor import where_blocked
+        from cgc.runtime.actor_calls import where_blocked
 
         g = self.graph
         names = [n for n in g.actors if n not in g.dead]

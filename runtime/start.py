@@ -174,7 +174,7 @@ def start_graph(plan: Any, address: str | None, *, communicator: str = "auto",
 
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
                   deadline: float) -> None:
-    from cgc.runtime import executor as ex
+    from cgc.runtime import actor_calls as ex
     from cgc.runtime.endpoints import open_reader, open_tcp_reader, open_tcp_writer, open_writer
     from cgc.runtime.monitor import Monitor
 

@@ -71,7 +71,7 @@ def _stop_everything(g: Any) -> None:
     ray_up = ray.is_initialized()
     stops = []
     if ray_up:
-        from cgc.runtime.executor import stop_loop
+        from cgc.runtime.actor_calls import stop_loop
 
         for h in live.values():
             try:

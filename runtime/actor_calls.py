@@ -1,0 +1,106 @@
+"""The functions the driver runs inside actors with ``actor.__ray_call__`` (one graph each).
+
+Set-up rounds ``setup_probe`` → ``setup_writers`` → ``setup_start``, then ``wait_loop``
+(in Ray's ``_ray_system`` concurrency group, watched by the driver's monitor),
+``stop_loop`` (teardown) and ``where_blocked`` (timeout reports). ``self`` is the actor
+instance; the loops live in ``cgc.runtime.executor.LOOPS`` by graph id, so several graphs
+can share an actor.
+
+Example: ``handle.__ray_call__.remote(setup_probe, gid, plan_bytes, "w0", opts)``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.actors import user_object
+from cgc.runtime.errors import SetupError
+from cgc.runtime.executor import LOOPS, LOOPS_LOCK, ActorLoop
+
+__all__ = ["setup_probe", "setup_writers", "setup_start", "wait_loop", "stop_loop",
+           "where_blocked"]
+
+# Called as actor.__ray_call__.remote(fn, ...): ``self`` is the actor instance.
+
+
+def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str, opts: dict) -> dict:
+    """Build this actor's loop for graph ``gid``; return where the actor runs."""
+    import os
+
+    import ray
+
+    loop = ActorLoop(gid, pb.Plan.FromString(plan_bytes), actor, user_object(self), opts)
+    with LOOPS_LOCK:
+        LOOPS[gid] = loop
+    ctx = ray.get_runtime_context()
+    return {"node": ctx.get_node_id(), "pid": os.getpid(),
+            "ip": ray.util.get_node_ip_address()}
+
+
+def _loop(gid: str) -> ActorLoop:
+    with LOOPS_LOCK:
+        loop = LOOPS.get(gid)
+    if loop is None:
+        raise SetupError(f"graph {gid} is not set up on this actor (torn down?)")
+    return loop
+
+
+def setup_writers(self: Any, gid: str, tcp: set[int], ip: str) -> dict[int, tuple[str, int]]:
+    """Create the writing ends of this actor's host channels (``tcp``: ids bound to TCP)."""
+    return _loop(gid).open_writers(tcp, ip)
+
+
+def setup_start(self: Any, gid: str, timeout: float,
+                addrs: dict[int, tuple[str, int]]) -> float:
+    """Attach readers, join communicators, warm every edge, start the loop thread.
+
+    Returns the seconds spent; on failure the actor's part is closed again.
+    """
+    t0 = time.perf_counter()
+    loop = _loop(gid)
+    try:
+        loop.open_readers_and_comms(timeout, addrs)
+        loop.warm(timeout)
+        loop.start()
+    except BaseException:
+        loop.poison()
+        loop.close()
+        with LOOPS_LOCK:
+            LOOPS.pop(gid, None)
+        raise
+    return time.perf_counter() - t0
+
+
+def wait_loop(self: Any, gid: str) -> str | None:
+    """Block until the loop of ``gid`` exits; return its crash traceback, if any."""
+    with LOOPS_LOCK:
+        loop = LOOPS.get(gid)
+    if loop is None:
+        return None
+    loop.exited.wait()
+    return loop.crash
+
+
+def stop_loop(self: Any, gid: str) -> bool:
+    """Poison the loop's endpoints so it exits; close them if it never started."""
+    with LOOPS_LOCK:
+        loop = LOOPS.get(gid)
+    if loop is None:
+        return False
+    loop.stopping = True
+    loop.poison()
+    if loop.thread is None:  # set-up did not get as far as the loop: clean up here
+        loop.close()
+        loop.exited.set()
+        with LOOPS_LOCK:
+            LOOPS.pop(gid, None)
+    return True
+
+
+def where_blocked(self: Any, gid: str) -> str:
+    """One line: which op the loop of ``gid`` is at (for timeout messages)."""
+    with LOOPS_LOCK:
+        loop = LOOPS.get(gid)
+    return loop.where() if loop is not None else "no loop"
