@@ -31,7 +31,7 @@ def build_dag():
     with InputNode() as inp:
         grads = [w.grad.bind(inp) for w in workers]
         reduced = allreduce.bind(grads, op=ReduceOp.AVG)
-        return MultiOutputNode([w.apply.bind(g) for w, g in zip(workers, reduced)])
+        return MultiOutputNode([w.apply.bind(g) for w, g in zip(workers, reduced, strict=True)])
 
 
 def example_inputs():

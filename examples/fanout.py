@@ -20,7 +20,7 @@ class Scaler:
 @cgc.actor
 class Combiner:
     def combine(self, a, b, c, bias):
-        return [x + y + z + bias for x, y, z in zip(a, b, c)]
+        return [x + y + z + bias for x, y, z in zip(a, b, c, strict=True)]
 
 
 def build_dag():
