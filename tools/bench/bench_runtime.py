@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import statistics
 import sys
@@ -73,6 +74,7 @@ class Case:
     make_input: Callable[[], Any]
     iters: int
     pipelined: int = 0  # >0: throughput with this many executions in flight
+    idle: bool = False  # measure the CPU an idle started graph burns instead
 
 
 CASES = [
@@ -83,6 +85,7 @@ CASES = [
     Case("chain of 3 actors", _chain_dag, lambda: 1, 2000),
     Case("fan-out to 3 + gather", _fanout_dag, lambda: 1, 2000),
     Case("chain, pipelined (4 in flight)", _chain_dag, lambda: 1, 2000, pipelined=4),
+    Case("idle chain: CPU per actor", _chain_dag, lambda: 1, 1, idle=True),
 ]
 
 
@@ -128,7 +131,25 @@ def _throughput(
     return iters / (time.perf_counter() - t0)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (no psutil needed)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu_percent(handles: list[Any], seconds: float = 2.0) -> float:
+    """Mean CPU use of the actors' processes, in % of one core, while the graph is idle."""
+    pids = ray.get([h.__ray_call__.remote(lambda self: os.getpid()) for h in handles])
+    time.sleep(0.5)  # let the last execution's spinning and bookkeeping settle
+    before = [_cpu_seconds(p) for p in pids]
+    time.sleep(seconds)
+    used = [_cpu_seconds(p) - b for p, b in zip(pids, before, strict=True)]
+    return 100.0 * sum(used) / seconds / len(pids)
+
+
 def run_classic(case: Case, iters: int) -> tuple[float, float, float]:
+    if case.idle:
+        return float("nan"), 0.0, 0.0  # classic actors have no compiled loop to idle
     handles: list[Any] = []
 
     def bind(cls):
@@ -169,6 +190,9 @@ def run_ray_cgraph(case: Case, iters: int) -> tuple[float, float, float]:
     compiled = dag.experimental_compile(_max_inflight_executions=max(10, case.pipelined))
     x = case.make_input()
     try:
+        if case.idle:
+            ray.get(compiled.execute(x))
+            return idle_cpu_percent(handles), 0.0, 0.0
         if case.pipelined:
             return (
                 0.0,
@@ -190,6 +214,9 @@ def run_cgc(case: Case, iters: int) -> tuple[float, float, float]:
     plan = cgc.compile(dag)
     x = case.make_input()
     with plan.start() as graph:
+        if case.idle:
+            graph.execute(x).get()
+            return idle_cpu_percent(list(graph.actors.values())), 0.0, 0.0
         if case.pipelined:
             return (
                 0.0,
@@ -246,7 +273,12 @@ def _table(results: dict[str, dict[str, Result]], systems: list[str]) -> str:
     med = statistics.median
     head = "| graph | " + " | ".join(f"{s} p50 / p99" for s in systems) + " | cgc ÷ Ray CG |"
     lines = [head, "|" + "---|" * (len(systems) + 2)]
+    idle_cases = {c.name for c in CASES if c.idle}
     for case, per in results.items():
+        if case in idle_cases:
+            cells = [f"{med(per[s].p50_us):.1f}% of a core" for s in systems]
+            lines.append(f"| {case} | " + " | ".join(cells).replace("nan% of a core", "—") + " | |")
+            continue
         pipelined = any(med(r.per_s) > 0 for r in per.values())
         cells = []
         for s in systems:
