@@ -59,7 +59,8 @@ class CompiledGraph:
     """A running plan. Use it as a context manager, or call ``teardown()`` when done.
 
     Attributes: ``name``, ``plan`` (the ``cgc.runtime.Plan``), ``actors`` (handles by actor
-    name), ``setup_seconds``, ``capacity``, ``submit_timeout``, ``get_timeout``,
+    name), ``channel_bindings`` (host channel id -> "shm" or "tcp", from real placement),
+    ``setup_seconds``, ``capacity``, ``submit_timeout``, ``get_timeout``,
     ``teardown_timeout`` (seconds; None = no limit).
     """
 
@@ -74,6 +75,8 @@ class CompiledGraph:
         self.max_buffered: int = cfg["max_buffered_results"]
         self.setup_seconds = 0.0
         self.actors: dict[str, Any] = {}
+        # How each host channel was bound from real placement: channel id -> "shm" | "tcp".
+        self.channel_bindings: dict[int, str] = {}
         self.created: set[str] = set()
         self.monitor: Any = None  # set by start: the Monitor watching the actor loops
         self.dead: set[str] = set()  # actors known dead (no teardown RPCs to them)

@@ -189,6 +189,9 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
     node = {n: p["node"] for n, p in probes.items()}
     node[DRIVER] = info.driver_node
     tcp = _tcp_channels(low, node, cfg["host_transport"])
+    graph.channel_bindings = {
+        ch.id: ("tcp" if ch.id in tcp else "shm") for ch in low.channels if ch.kind == pb.CHAN_HOST
+    }
     # Round 2: writers create their rings (or TCP listeners); the driver its input ones.
     import ray
 
