@@ -80,7 +80,11 @@ def graph_dot(plan: pb.Plan) -> str:
                     f"    n{node.id} [label={_q(_node_label(node, graph))}, fillcolor=white{shape}];"
                 )
         lines.append("  }")
+    consumed = {a.ref.node for n in graph.nodes for a in n.args if a.HasField("ref")}
+    consumed |= {k.arg.ref.node for n in graph.nodes for k in n.kwargs if k.arg.HasField("ref")}
     for node in graph.nodes:
+        if node.kind == pb.INPUT and node.id not in consumed:
+            continue  # only its attributes are used: they stand for it
         if node.kind in (pb.INPUT, pb.INPUT_ATTR):
             lines.append(
                 f'  n{node.id} [label={_q(_node_label(node, graph))}, fillcolor="#9ecae1"];'
