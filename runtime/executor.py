@@ -28,6 +28,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
+from cgc.runtime.devices import with_device
 from cgc.runtime.endpoints import (
     open_communicator,
     open_reader,
@@ -108,6 +109,7 @@ class ActorLoop:
             else:
                 self.readers[ch.id] = open_reader(ch, self.prefix, self.actor,
                                                   spin_us=self.spin_us, timeout=timeout)
+            self.readers[ch.id] = with_device(self.readers[ch.id], ch)
         for cid, w in self.writers.items():
             if cid in addrs:
                 w.accept(timeout)

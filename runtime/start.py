@@ -30,6 +30,7 @@ from typing import Any
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
+from cgc.runtime.devices import with_device
 from cgc.runtime.driver import CompiledGraph
 from cgc.runtime.endpoints import DEFAULT_SLOTS
 from cgc.runtime.errors import CgcError, SetupError
@@ -219,10 +220,10 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
     uniq = list(dict.fromkeys(low.output_channels))
     try:
         for cid in uniq:  # connect before accepting: see ActorLoop.open_readers_and_comms
-            graph._out_readers.append(
-                open_tcp_reader(addrs[cid], left) if cid in tcp else
-                open_reader(by_id[cid], graph.prefix, DRIVER, spin_us=cfg["spin_us"],
-                            timeout=left))
+            reader = (open_tcp_reader(addrs[cid], left) if cid in tcp else
+                      open_reader(by_id[cid], graph.prefix, DRIVER, spin_us=cfg["spin_us"],
+                                  timeout=left))
+            graph._out_readers.append(with_device(reader, by_id[cid]))
         for cid, w in zip(dict.fromkeys(low.input_channels), graph._in_writers, strict=True):
             if cid in tcp:
                 w.accept(left)

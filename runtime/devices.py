@@ -1,0 +1,65 @@
+"""Device moves for host channels whose plan says where readers get the value.
+
+A ``with_tensor_transport(device="cpu"|"gpu")`` hint on a host edge becomes
+``Channel.device``: the reader moves every torch tensor in the value (inside lists, tuples
+and dicts too) to that device after reading. Without CUDA on the reader (CPU-only runs of
+GPU plans), "gpu" keeps tensors on the CPU, the same way those runs drop ``num_gpus``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from cgc.plan_schema import plan_pb2 as pb
+
+__all__ = ["move_to", "DeviceReader", "with_device"]
+
+
+def move_to(value: Any, device: str) -> Any:
+    """``value`` with every torch tensor in it moved to ``device`` ("cpu" or "cuda").
+
+    Example: ``move_to({"x": torch.ones(2)}, "cpu")``.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:  # no tensor can have been unpickled without importing torch
+        return value
+    return _move(value, device, torch)
+
+
+def _move(value: Any, device: str, torch: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == device else value.to(device)
+    if type(value) is list:
+        return [_move(v, device, torch) for v in value]
+    if type(value) is tuple:
+        return tuple(_move(v, device, torch) for v in value)
+    if type(value) is dict:
+        return {k: _move(v, device, torch) for k, v in value.items()}
+    return value
+
+
+class DeviceReader:
+    """A channel reader that moves what it reads to one device."""
+
+    def __init__(self, inner: Any, device: str) -> None:
+        self._inner = inner
+        self._device = device
+
+    def read(self, timeout: float | None = None) -> Any:
+        return move_to(self._inner.read(timeout), self._device)
+
+    def __getattr__(self, name: str) -> Any:  # close, detach, poison: the inner reader's
+        return getattr(self._inner, name)
+
+
+def with_device(reader: Any, ch: pb.Channel) -> Any:
+    """Wrap ``reader`` when ``ch`` asks for a device; return it unchanged otherwise."""
+    if ch.device == pb.CPU:
+        return DeviceReader(reader, "cpu")
+    if ch.device == pb.GPU:
+        import torch
+
+        if torch.cuda.is_available():
+            return DeviceReader(reader, "cuda")
+    return reader
