@@ -13,6 +13,7 @@ from pathlib import Path
 from cgc.errors import CompileError
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.text import format_op
 from cgc.plan_schema.values import value_to_text
 
 __all__ = ["graph_dot", "schedule_dot", "ascii_view", "render", "FORMATS"]
@@ -111,18 +112,8 @@ def graph_dot(plan: pb.Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _op_token(op: pb.Op, plan: pb.Plan) -> str:
-    try:
-        from cgc.plan_schema.text import format_op
-    except ImportError:  # text forms not available: a plain fallback
-        return f"{pb.OpKind.Name(op.kind)}({op.task})"
-    return format_op(op, plan) if _takes_plan(format_op) else format_op(op)
-
-
-def _takes_plan(fn) -> bool:  # noqa: ANN001
-    import inspect
-
-    return len(inspect.signature(fn).parameters) > 1
+def _op_token(op: pb.Op) -> str:
+    return format_op(op)
 
 
 def schedule_dot(plan: pb.Plan) -> str:
@@ -142,7 +133,7 @@ def schedule_dot(plan: pb.Plan) -> str:
         lines.append(f'    label={_q(prog.actor)}; style=filled; fillcolor="{_PALETTE[i % 8]}";')
         for name, op in ops:
             fill = "#c6dbef" if op.kind in (pb.SEND, pb.RECV, pb.COLL) else "white"
-            lines.append(f'    {name} [label={_q(_op_token(op, plan))}, fillcolor="{fill}"];')
+            lines.append(f'    {name} [label={_q(_op_token(op))}, fillcolor="{fill}"];')
             if op.kind == pb.SEND:
                 sends[(op.channel, prog.actor, op.peer, op.seq)] = name
             elif op.kind == pb.RECV:
@@ -178,8 +169,8 @@ def ascii_view(plan: pb.Plan) -> str:
     out.append("programs:")
     width = max((len(p.actor) for p in plan.lowered.programs), default=0)
     for prog in plan.lowered.programs:
-        pro = " ".join(_op_token(op, plan) for op in prog.prologue)
-        body = " ".join(_op_token(op, plan) for op in prog.ops)
+        pro = " ".join(_op_token(op) for op in prog.prologue)
+        body = " ".join(_op_token(op) for op in prog.ops)
         out.append(f"  {prog.actor:>{width}}: " + (f"[{pro}] " if pro else "") + body)
     return "\n".join(out) + "\n"
 

@@ -30,7 +30,9 @@ def inspect_cmd(plan_path: Path, as_json: bool) -> None:
         return
     header, _ = read_header(data, str(plan_path))
     click.echo(header_text(header, len(data)))
-    click.echo(_plan_text(plan))
+    from cgc.plan_schema.text import format_plan_text
+
+    click.echo(format_plan_text(plan))
 
 
 def header_text(header, size: int) -> str:  # noqa: ANN001
@@ -41,13 +43,3 @@ def header_text(header, size: int) -> str:  # noqa: ANN001
         f"plan {header.name!r}: format {fv.major}.{fv.minor}, {header.producer}, "
         f"{size:,} bytes, payload sha256 {header.payload_sha256.hex()[:16]}{trust}"
     )
-
-
-def _plan_text(plan) -> str:  # noqa: ANN001
-    try:
-        from cgc.plan_schema.text import format_plan_text
-    except ImportError:  # text forms not available: fall back to protobuf's text format
-        from google.protobuf import text_format
-
-        return text_format.MessageToString(plan)
-    return format_plan_text(plan)
