@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import numpy as np
 import pytest
@@ -79,16 +78,11 @@ def test_execute_async(chain):
     assert asyncio.run(main()) == [i + 6 for i in range(chain.capacity * 3)]
 
 
-def test_pipelined_throughput_beats_serial(chain):
-    t0 = time.perf_counter()
-    for i in range(200):
-        chain.execute(i).get()
-    serial = time.perf_counter() - t0
-    t0 = time.perf_counter()
+def test_many_executions_in_flight_all_arrive_in_order(chain):
+    # Far more submissions than the capacity: execute() applies backpressure, nothing is
+    # lost or reordered. (Throughput itself is measured in tools/bench, not in tests.)
     refs = [chain.execute(i) for i in range(200)]
-    assert [r.get() for r in refs][-1] == 205
-    piped = time.perf_counter() - t0
-    assert piped < serial * 1.5  # pipelining never makes it much slower
+    assert [r.get() for r in refs] == [i + 6 for i in range(200)]
 
 
 def test_tcp_binding_end_to_end(ray_cluster):
