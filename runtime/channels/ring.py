@@ -43,6 +43,7 @@ import numpy as np
 
 from .errors import ChannelClosedError, ChannelTimeoutError
 from .futex import fence, futex_wait, futex_wake
+from .pcopy import copy_into
 from .pool import BlockCache, BlockPool
 from .serial import Serializer, loads
 from .shm import Segment
@@ -275,7 +276,7 @@ class ShmRingWriter(_Endpoint):
             table = []
             for o, r in zip(offs, raws, strict=True):
                 table += (o, r.nbytes)
-                mv[p + o:p + o + r.nbytes] = r
+                copy_into(mv, p + o, r, r.nbytes)
             struct.pack_into(f"<{2 * n}Q", mv, p, *table)
         mv[p + 16 * n:p + 16 * n + plen] = data
         _SLOT_HDR.pack_into(self._mv, base, layout, n, plen, bid, total)

@@ -36,7 +36,7 @@ def test_gpu_examples_run_on_cpu_communicator(ray_cluster, example, caplog):
 
     args = [decode_value(v) for v in plan.proto.example_args]
     with caplog.at_level(logging.WARNING, logger="cgc.runtime"):
-        with plan.start(get_timeout=60) as g:
+        with plan.start(get_timeout=60, communicator="cpu") as g:
             first = g.execute(*args)
             first = [r.get() for r in first] if isinstance(first, list) else first.get()
             again = g.execute(*args)

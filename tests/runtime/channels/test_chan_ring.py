@@ -77,17 +77,17 @@ def test_ring_full_blocks_then_proceeds(prefix):
     assert r0.read() == 1 and r0.read() == 2
     with pytest.raises(ChannelTimeoutError):  # r1 (the slowest) is still 2 behind
         w.write(3, timeout=0.05)
-    done = threading.Event()
+    reading = threading.Event()
 
     def later():
         time.sleep(0.1)
+        reading.set()  # before read(): the writer may wake before read() returns
         r1.read()
-        done.set()
 
     t = threading.Thread(target=later)
     t.start()
     w.write(3, timeout=5)
-    assert done.is_set()
+    assert reading.is_set(), "the write went through before the slowest reader freed a slot"
     t.join()
     assert r1.read() == 2 and r1.read() == 3 and r0.read() == 3
     _close(w, [r0, r1])
