@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import linecache
 import os
 import sys
 import types
@@ -61,6 +62,9 @@ def load_class(module: str, qualname: str, source: str = "", source_file: str = 
             mod.__file__ = source_file or f"<cgc embedded {module}>"
             mod.__cgc_source__ = source  # type: ignore[attr-defined]
             sys.modules[module] = mod  # before exec: the source may import itself
+            # Tracebacks from user methods then show their source lines, file or no file.
+            linecache.cache[mod.__file__] = (len(source), None, source.splitlines(True),
+                                             mod.__file__)
             try:
                 exec(compile(source, mod.__file__, "exec"), mod.__dict__)  # noqa: S102
             except BaseException:

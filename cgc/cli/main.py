@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         click.echo(f"error: {exc}", err=True)
+        where = _remote_site(getattr(exc, "remote_traceback", ""))
+        if where:
+            click.echo(where, err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
@@ -95,6 +98,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_RUNTIME
     return 0
+
+
+def _remote_site(traceback_text: str) -> str:
+    """The innermost frame of a remote traceback (the user's line that raised), indented."""
+    lines = traceback_text.rstrip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    if not frames:
+        return ""
+    i = frames[-1]
+    site = [lines[i].strip()]
+    # A source line is indented under its frame; the exception line is not.
+    if i + 1 < len(lines) and lines[i + 1].startswith("    "):
+        site.append(lines[i + 1].strip())
+    return "  raised at " + ": ".join(site) + "  (--debug shows the whole traceback)"
 
 
 if __name__ == "__main__":

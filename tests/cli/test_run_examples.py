@@ -95,3 +95,26 @@ def test_example_runs_with_right_outputs(ray_cluster, example, tmp_path):
     result = json.loads(ran.stdout)
     assert _close(result["outputs"], EXPECTED[example]()), result["outputs"]
     assert result["latency_us"]["p50"] > 0
+
+
+def test_run_reports_a_user_exception_with_its_line(ray_cluster, tmp_path):
+    model = tmp_path / "raising.py"
+    model.write_text(
+        "import cgc\nfrom cgc import InputNode\n\n\n@cgc.actor\nclass W:\n"
+        "    def f(self, x):\n        return 10 / x\n\n\n"
+        "def build_dag():\n    w = W.bind()\n    with InputNode() as inp:\n"
+        "        return w.f.bind(inp)\n\n\ndef example_inputs():\n    return (0,)\n"
+    )
+    plan = tmp_path / "raising.cgplan"
+    cli = [sys.executable, "-m", "cgc.cli.main"]
+    assert subprocess.run([*cli, "compile", str(model), "-o", str(plan)]).returncode == 0
+    ran = subprocess.run(
+        [*cli, "run", str(plan), "--address", "auto", "--iters", "2"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ran.returncode == 1
+    assert "Traceback" not in ran.stderr
+    assert "ZeroDivisionError in w.f (actor 'w', execution 0)" in ran.stderr
+    assert 'raising.py", line 8, in f: return 10 / x' in ran.stderr
