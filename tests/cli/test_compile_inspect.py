@@ -38,7 +38,7 @@ def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int, *needl
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_every_example_compiles_deterministically_and_inspects(example, tmp_path):
+def test_every_example_compiles_deterministically_inspects_and_checks(example, tmp_path):
     first, second = tmp_path / "a.cgplan", tmp_path / "b.cgplan"
     for out in (first, second):  # two fresh processes
         proc = cgc("compile", str(ROOT / "examples" / example), "-o", str(out))
@@ -48,6 +48,9 @@ def test_every_example_compiles_deterministically_and_inspects(example, tmp_path
     text = cgc("inspect", str(first))
     assert text.returncode == 0, text.stderr
     assert "format 1." in text.stdout
+    checked = cgc("check", str(first))
+    assert checked.returncode == 0, checked.stderr
+    assert "no deadlock" in checked.stdout
     as_json = cgc("inspect", str(first), "--json")
     assert as_json.returncode == 0, as_json.stderr
     doc = json.loads(as_json.stdout)

@@ -97,6 +97,19 @@ def test_example_runs_with_right_outputs(ray_cluster, example, tmp_path):
     assert result["latency_us"]["p50"] > 0
 
 
+@pytest.mark.parametrize("example", sorted(EXPECTED))
+def test_example_runs_through_the_python_api(ray_cluster, example):
+    import cgc
+    from cgc.plan_schema.values import decode_value
+
+    plan = cgc.compile_file(ROOT / "examples" / f"{example}.py")
+    args = [decode_value(v) for v in plan.proto.example_args]
+    with plan.start(get_timeout=60) as graph:
+        refs = graph.execute(*args)
+        out = [r.get() for r in refs] if isinstance(refs, list) else refs.get()
+    assert _close(out, EXPECTED[example]()), out
+
+
 def test_run_reports_a_user_exception_with_its_line(ray_cluster, tmp_path):
     model = tmp_path / "raising.py"
     model.write_text(
