@@ -112,6 +112,8 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
                 lat.append(time.perf_counter() - t0)
         total = time.perf_counter() - t_all
         setup = graph.setup_seconds
+        bound = list(graph.channel_bindings.values())
+    channels = {"shm": bound.count("shm"), "tcp": bound.count("tcp")}
     lat.sort()
     us = {f"p{q}": round(_percentile(lat, q) * 1e6, 1) for q in (50, 90, 99)}
     thr = iters / total if total > 0 else float("inf")
@@ -119,6 +121,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         click.echo(json.dumps({
             "plan": plan.name, "iters": iters, "outputs": _jsonable(outputs), "latency_us": us,
             "throughput_per_s": round(thr, 1), "setup_s": round(setup, 3),
+            "host_channels": channels,
         }))
         return
     click.echo(f"plan {plan.name}: {iters} executions (after {warmup} warm-up)")
@@ -127,3 +130,5 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
                f"p99 {us['p99']:.1f} us")
     click.echo(f"  throughput   {thr:,.0f} executions/s (one in flight)")
     click.echo(f"  set-up       {setup:.2f} s")
+    click.echo(f"  channels     {channels['shm']} shared memory, {channels['tcp']} tcp "
+               "(bound from where the actors landed)")

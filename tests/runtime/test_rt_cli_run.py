@@ -21,6 +21,7 @@ def test_run_json_with_example_inputs(ray_cluster, tmp_path, capsys):
     assert out["outputs"] == [111.5, 222.5, 333.5]
     assert set(out["latency_us"]) == {"p50", "p90", "p99"}
     assert 0 < out["latency_us"]["p50"] <= out["latency_us"]["p99"]
+    assert out["host_channels"] == {"shm": 6, "tcp": 0}  # one broadcast input, 3+1+1 others
     assert out["throughput_per_s"] > 0 and out["setup_s"] > 0
 
 
