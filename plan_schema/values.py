@@ -24,9 +24,10 @@ class ValueEncodeError(CgcError):
 
     exit_code = EXIT_INVALID_INPUT
 
-    def __init__(self, message: str, path: str = "") -> None:
+    def __init__(self, message: str, path: str = "", problem: str = "") -> None:
         super().__init__(message)
         self.path = path
+        self.problem = problem or message  # the message without its how-to-fix hint
 
 
 def encode_value(
@@ -91,12 +92,16 @@ def _encode(obj: Any, allow_pickle: bool, path: str, used: list[bool]) -> pb.Val
             ) from None
         used[0] = True
     else:
-        raise ValueEncodeError(
+        problem = (
             f"{path}: a {type(obj).__module__}.{type(obj).__qualname__} cannot be stored in a "
             "plan (plans hold None, bool, int, float, str, bytes, list, tuple, dict, numpy "
-            "arrays and torch tensors); pass it as an input, or allow pickled constants "
-            "(--allow-pickle / allow_pickle=True), which makes the plan need trust to load",
+            "arrays and torch tensors)"
+        )
+        raise ValueEncodeError(
+            f"{problem}; pass it as an input, or allow pickled constants (--allow-pickle / "
+            "allow_pickle=True), which makes the plan need trust to load",
             path,
+            problem,
         )
     return v
 

@@ -237,10 +237,13 @@ class _Tracer:
         try:
             encoded, pickled = encode_value(value, allow_pickle=self.allow_pickle, path=path)
         except ValueEncodeError as exc:
-            fix = "pass it through the graph's input instead, or allow pickled constants"
+            fix = (
+                "pass it through the graph's input instead, or allow pickled constants "
+                "(--allow-pickle / allow_pickle=True; the plan then needs trust to load)"
+            )
             if actor is not None:
-                raise self.names.fail_actor(actor, f"constructor {exc}", fix) from None
-            raise self.names.fail(consumer, f"constant {exc}", fix) from None
+                raise self.names.fail_actor(actor, f"constructor {exc.problem}", fix) from None
+            raise self.names.fail(consumer, f"constant {exc.problem}", fix) from None
         self.needs_trust |= pickled
         return encoded
 
