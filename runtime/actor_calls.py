@@ -16,6 +16,7 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.actors import user_object
+from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
 from cgc.runtime.executor import LOOPS, LOOPS_LOCK, ActorLoop
 
@@ -31,7 +32,9 @@ def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str, opts: dict) 
 
     import ray
 
-    loop = ActorLoop(gid, pb.Plan.FromString(plan_bytes), actor, user_object(self), opts)
+    plan = pb.Plan.FromString(plan_bytes)
+    register(plan_modules(plan))  # values of model-file classes from any actor unpickle here
+    loop = ActorLoop(gid, plan, actor, user_object(self), opts)
     with LOOPS_LOCK:
         LOOPS[gid] = loop
     ctx = ray.get_runtime_context()

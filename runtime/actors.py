@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import linecache
 import os
 import sys
-import types
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
+from cgc.runtime.embedded import register
 from cgc.runtime.errors import SetupError
 
 __all__ = ["ActorHost", "user_object", "make_actors", "load_class"]
@@ -56,22 +55,8 @@ def load_class(module: str, qualname: str, source: str = "", source_file: str = 
         ImportError: the module or the class is not there.
     """
     if source:
-        mod = sys.modules.get(module)
-        if mod is None or getattr(mod, "__cgc_source__", None) != source:
-            mod = types.ModuleType(module)
-            mod.__file__ = source_file or f"<cgc embedded {module}>"
-            mod.__cgc_source__ = source  # type: ignore[attr-defined]
-            sys.modules[module] = mod  # before exec: the source may import itself
-            # Tracebacks from user methods then show their source lines, file or no file.
-            linecache.cache[mod.__file__] = (len(source), None, source.splitlines(True),
-                                             mod.__file__)
-            try:
-                exec(compile(source, mod.__file__, "exec"), mod.__dict__)  # noqa: S102
-            except BaseException:
-                sys.modules.pop(module, None)
-                raise
-    else:
-        mod = importlib.import_module(module)
+        register({module: (source, source_file or f"<cgc {module}>")})
+    mod = importlib.import_module(module)
     obj: Any = mod
     for part in qualname.split("."):
         try:

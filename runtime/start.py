@@ -32,6 +32,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.devices import with_device
 from cgc.runtime.driver import CompiledGraph
+from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.endpoints import DEFAULT_SLOTS
 from cgc.runtime.errors import CgcError, SetupError
 from cgc.runtime.wire import PING, Ping, input_value
@@ -137,6 +138,8 @@ def start_graph(plan: Any, address: str | None, *, communicator: str = "auto",
     t0 = time.perf_counter()
     proto = plan.proto
     check_runnable(proto)
+    # Results may be instances of classes from the model file: make it importable here.
+    register(plan_modules(proto))
     if communicator not in ("auto", "cpu", "nccl"):
         raise SetupError(f"communicator must be 'auto', 'cpu' or 'nccl', not {communicator!r}")
     cfg = resolve_config(proto, **overrides)

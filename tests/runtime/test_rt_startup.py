@@ -133,3 +133,53 @@ def test_runtime_never_imports_the_compiler(ray_cluster, tmp_path):
     assert proc.returncode == 0, proc.stderr
     left = [n for n in os.listdir("/dev/shm") if n.startswith(f"cgc-{out['pid']}-")]
     assert left == []
+
+
+MODEL_WITH_RESULT_CLASS = '''
+from dataclasses import dataclass
+
+import cgc
+from cgc import InputNode
+
+
+@dataclass
+class Result:
+    value: int
+
+
+@cgc.actor
+class Maker:
+    def make(self, x):
+        return Result(x * 2)
+
+
+@cgc.actor
+class Reader:
+    def read(self, r):
+        return Result(r.value + 1)
+
+
+def build_dag():
+    m, r = Maker.bind(), Reader.bind()
+    with InputNode() as inp:
+        return r.read.bind(m.make.bind(inp))
+'''
+
+
+def test_values_of_model_file_classes_reach_a_fresh_driver(ray_cluster, tmp_path):
+    """A plan file run by a process that never imported the model: the driver and every
+    actor import the model module from the plan when a value needs it."""
+    model = tmp_path / "resultmodel.py"
+    model.write_text(MODEL_WITH_RESULT_CLASS)
+    plan = tmp_path / "resultmodel.cgplan"
+    cgc.compile_file(model).save(plan)
+    script = textwrap.dedent(f"""
+        import cgc.runtime as rt
+        with rt.load({str(plan)!r}).start(address="auto", get_timeout=30) as g:
+            out = g.execute(20).get()
+        print("RESULT", type(out).__module__, type(out).__name__, out.value)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT cgcmodel_resultmodel Result 41" in proc.stdout

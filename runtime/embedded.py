@@ -1,0 +1,73 @@
+"""Model modules that travel inside a plan, importable by name in every process of a graph.
+
+A class defined in the model file is stored with that file's source (``ClassRef``'s
+``embedded_source``, under a module name such as ``cgcmodel_chain``). Values of other
+classes from the same file (a dataclass a method returns, say) are pickled by reference to
+that module, so the driver and every actor must be able to import it, not only the actor
+that hosts the class. ``register`` installs a finder that builds such a module from its
+source the first time anything imports it, so nothing runs a model file that no value
+needs.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import linecache
+import sys
+import threading
+from collections.abc import Mapping
+from types import ModuleType
+
+from cgc.plan_schema import plan_pb2 as pb
+
+__all__ = ["plan_modules", "register"]
+
+_SOURCES: dict[str, tuple[str, str]] = {}  # module name -> (source, file name)
+_LOCK = threading.Lock()
+
+
+class _EmbeddedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds and loads the registered embedded modules (and nothing else)."""
+
+    def find_spec(self, fullname, path, target=None):  # noqa: ANN001 - importlib's protocol
+        entry = _SOURCES.get(fullname)
+        if entry is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, origin=entry[1])
+
+    def create_module(self, spec) -> None:  # noqa: ANN001
+        return None  # the default module object
+
+    def exec_module(self, module: ModuleType) -> None:
+        source, filename = _SOURCES[module.__name__]
+        module.__file__ = filename
+        # Tracebacks from user methods show their source lines, file on disk or not.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102
+
+
+_FINDER = _EmbeddedFinder()
+
+
+def plan_modules(plan: pb.Plan) -> dict[str, tuple[str, str]]:
+    """The embedded modules a plan carries: name -> (source, file name)."""
+    out: dict[str, tuple[str, str]] = {}
+    for actor in plan.graph.actors:
+        ref = actor.cls
+        if ref.embedded_source and ref.module not in out:
+            out[ref.module] = (ref.embedded_source, ref.source_file or f"<cgc {ref.module}>")
+    return out
+
+
+def register(modules: Mapping[str, tuple[str, str]]) -> None:
+    """Make ``modules`` importable in this process (built from source on first import).
+
+    Example: ``register(plan_modules(plan)); importlib.import_module("cgcmodel_chain")``.
+    """
+    if not modules:
+        return
+    with _LOCK:
+        _SOURCES.update(modules)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
