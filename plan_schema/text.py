@@ -227,6 +227,10 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
     out.append("inputs: " + ", ".join(inputs))
     out.append(f"actors ({len(g.actors)}):")
     out.extend(_actor_line(a) for a in g.actors)
+    out.extend(
+        f"  module {m.name}: embedded from {m.source_file or '?'} ({len(m.source):,} chars)"
+        for m in g.modules
+    )
     out.append(f"nodes ({len(g.nodes)}):")
     out.extend(_node_line(n) for n in g.nodes)
     for c in g.collectives:

@@ -73,10 +73,13 @@ class ActorHost:
     pickled constructor args are decoded after the module they may refer to exists.
     """
 
-    def __init__(self, actor_bytes: bytes) -> None:
+    def __init__(self, actor_bytes: bytes, module_bytes: bytes = b"") -> None:
         actor = pb.Actor.FromString(actor_bytes)
-        cls = load_class(actor.cls.module, actor.cls.qualname, actor.cls.embedded_source,
-                         actor.cls.source_file)
+        source = file = ""
+        if module_bytes:
+            embedded = pb.EmbeddedModule.FromString(module_bytes)
+            source, file = embedded.source, embedded.source_file
+        cls = load_class(actor.cls.module, actor.cls.qualname, source, file)
         args = [decode_value(v) for v in actor.ctor_args]
         kwargs = {nv.name: decode_value(nv.value) for nv in actor.ctor_kwargs}
         setattr(self, _INSTANCE_ATTR, cls(*args, **kwargs))
@@ -193,13 +196,15 @@ def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
 
     handles: dict[str, Any] = {}
     created: set[str] = set()
+    embedded_modules = {m.name: m for m in plan.proto.graph.modules}
     for actor in plan.proto.graph.actors:
         if actor.external.name or actor.external.actor_id:
             handles[actor.name] = _bind_external(plan, actor)
             continue
         opts = _options(actor, drop_gpus)
         cls = plan.classes.get(actor.name)
-        if cls is None and not actor.cls.embedded_source:
+        embedded = embedded_modules.get(actor.cls.module)
+        if cls is None and embedded is None:
             try:
                 cls = load_class(actor.cls.module, actor.cls.qualname)
             except Exception:  # noqa: BLE001 - maybe only importable on the actors
@@ -209,7 +214,8 @@ def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
             kwargs = {nv.name: decode_value(nv.value) for nv in actor.ctor_kwargs}
             rc = _remote_class(_unwrap(cls))
         else:
-            args, kwargs = [actor.SerializeToString()], {}
+            module_bytes = embedded.SerializeToString() if embedded is not None else b""
+            args, kwargs = [actor.SerializeToString(), module_bytes], {}
             rc = _remote_class(ActorHost)
         by_value = _module_hidden_from_workers(cls) if cls is not None else None
         try:

@@ -1,7 +1,7 @@
 """Model modules that travel inside a plan, importable by name in every process of a graph.
 
-A class defined in the model file is stored with that file's source (``ClassRef``'s
-``embedded_source``, under a module name such as ``cgcmodel_chain``). Values of other
+A class defined in the model file refers to a module the plan carries as source
+(``Graph.modules``, under a name such as ``cgcmodel_chain``). Values of other
 classes from the same file (a dataclass a method returns, say) are pickled by reference to
 that module, so the driver and every actor must be able to import it, not only the actor
 that hosts the class. ``register`` installs a finder that builds such a module from its
@@ -52,12 +52,9 @@ _FINDER = _EmbeddedFinder()
 
 def plan_modules(plan: pb.Plan) -> dict[str, tuple[str, str]]:
     """The embedded modules a plan carries: name -> (source, file name)."""
-    out: dict[str, tuple[str, str]] = {}
-    for actor in plan.graph.actors:
-        ref = actor.cls
-        if ref.embedded_source and ref.module not in out:
-            out[ref.module] = (ref.embedded_source, ref.source_file or f"<cgc {ref.module}>")
-    return out
+    return {
+        m.name: (m.source, m.source_file or f"<cgc {m.name}>") for m in plan.graph.modules
+    }
 
 
 def register(modules: Mapping[str, tuple[str, str]]) -> None:

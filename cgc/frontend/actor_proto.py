@@ -1,7 +1,7 @@
 """Encoding actors into ``pb.Actor``: class reference (with embedded model source), options.
 
 A class defined in the model file itself is not importable on the actors' machines, so
-its module's whole source travels in the plan (``ClassRef.embedded_source``) and the
+its module's whole source travels in the plan (``Graph.modules``, once) and the
 runtime loads it under ``ClassRef.module``. Classes of ``__main__`` go the same way under
 the module name ``"__cgc_main__"``.
 """
@@ -33,10 +33,12 @@ def class_ref(
     *,
     model_file: str | os.PathLike[str] | None,
     model_module: ModuleType | None,
-) -> tuple[pb.ClassRef, str | None]:
-    """The ClassRef of a class, and a problem text when it cannot be re-imported.
+) -> tuple[pb.ClassRef, str | None, pb.EmbeddedModule | None]:
+    """The ClassRef of a class, a problem text when it cannot be re-imported, and the
+    module to embed when the actors cannot import it.
 
-    Example: a class ``Worker`` in the model module gets ``embedded_source`` = the file.
+    Example: a class ``Worker`` in the model module gets an ``EmbeddedModule`` holding the
+    model file.
 
     Raises:
         OSError: the model file cannot be read.
@@ -46,7 +48,7 @@ def class_ref(
         return ref, (
             f"class {qualname} is defined inside a function, so the actors cannot "
             "import it; define it at module level"
-        )
+        ), None
     source_path: str | None = None
     in_model = model_module is not None and module == model_module.__name__
     if not in_model and model_file is not None:
@@ -66,11 +68,13 @@ def class_ref(
             return ref, (
                 f"class {qualname} is defined in an interactive session; put it in "
                 "a file so the actors can load it"
-            )
+            ), None
     if source_path:
-        ref.embedded_source = _read(source_path)
-        ref.source_file = os.path.basename(source_path)
-    return ref, None
+        embedded = pb.EmbeddedModule(
+            name=ref.module, source=_read(source_path), source_file=os.path.basename(source_path)
+        )
+        return ref, None, embedded
+    return ref, None, None
 
 
 def _canonical_json(value: Any) -> str:

@@ -147,13 +147,15 @@ class _Tracer:
     def _emit(self, outputs, multi, out_loc, got, order, actors) -> TraceResult:
         g = pb.Graph()
         result = TraceResult(graph=g)
+        modules: dict[str, pb.EmbeddedModule] = {}
         for a in actors:
-            g.actors.append(self._actor(a))
+            g.actors.append(self._actor(a, modules))
             name = self.names.actor[id(a)]
             if a.cls is not None:
                 result.classes[name] = a.cls
             if a.external is not None:
                 result.live_handles[name] = a.external.handle
+        g.modules.extend(modules[k] for k in sorted(modules))
         inp = next(n for n in got.nodes if isinstance(n, InputNode))
         attrs = [n for n in got.nodes if isinstance(n, InputAttributeNode)]
         attrs.sort(key=lambda n: (isinstance(n.key, str), n.key))
@@ -263,7 +265,7 @@ class _Tracer:
             )
         )
 
-    def _actor(self, a: Any) -> pb.Actor:
+    def _actor(self, a: Any, modules: dict[str, pb.EmbeddedModule]) -> pb.Actor:
         name = self.names.actor[id(a)]
         out = pb.Actor(name=name)
         out.loc.CopyFrom(self.renderer.proto(a._loc))
@@ -274,7 +276,7 @@ class _Tracer:
                 pb.ExternalActor(name=ext.name, namespace=ext.namespace, actor_id=ext.actor_id)
             )
             return out
-        ref, problem = class_ref(
+        ref, problem, embedded = class_ref(
             a.class_module,
             a.class_qualname,
             model_file=self.model_file,
@@ -283,6 +285,8 @@ class _Tracer:
         if problem:
             raise self.names.fail_actor(a, problem, "then compile again")
         out.cls.CopyFrom(ref)
+        if embedded is not None:
+            modules.setdefault(embedded.name, embedded)
         options, problem = options_proto(a.options)
         if problem:
             raise self.names.fail_actor(

@@ -283,7 +283,9 @@ def test_model_file_source_is_embedded_and_paths_are_relative(tmp_path):
     g = trace(mod.build_dag(), model_file=path, model_module=mod).graph
     ref = g.actors[0].cls
     assert ref.module == "cgc_test_model" and ref.qualname == "Stage"
-    assert ref.embedded_source == MODEL and ref.source_file == "model.py"
+    assert [m.name for m in g.modules] == ["cgc_test_model"]  # once, for all its actors
+    assert g.modules[0].source == MODEL and g.modules[0].source_file == "model.py"
+    assert len(g.actors) > 1 and {a.cls.module for a in g.actors} == {"cgc_test_model"}
     assert g.nodes[-2].loc.file == "model.py" and g.nodes[-2].loc.function == "build_dag"
     assert (
         g.nodes[-2].loc.line
