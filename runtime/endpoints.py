@@ -34,6 +34,8 @@ __all__ = [
     "open_reader",
     "open_tcp_writer",
     "open_tcp_reader",
+    "open_host_writer",
+    "open_host_reader",
     "poison_channel",
     "register_communicator",
     "communicator_factory",
@@ -103,6 +105,33 @@ def open_tcp_reader(addr: tuple[str, int], timeout: float = 30.0) -> Any:
     from cgc.runtime.channels.tcp import TcpReader
 
     return TcpReader.connect(addr[0], addr[1], timeout=timeout)
+
+
+def open_host_writer(ch: pb.Channel, prefix: str, *, tcp: bool, spin_us: float = 0.0,
+                     default_slot_bytes: int = 0) -> Any:
+    """The writing end of host channel ``ch`` as bound at start: a TCP listener when
+    ``tcp`` (its readers sit on other nodes), else a shared-memory ring."""
+    if tcp:
+        return open_tcp_writer(ch)
+    return open_writer(ch, prefix, spin_us=spin_us, default_slot_bytes=default_slot_bytes)
+
+
+def open_host_reader(ch: pb.Channel, prefix: str, reader: str,
+                     addr: tuple[str, int] | None, *, spin_us: float = 0.0,
+                     timeout: float = 10.0) -> Any:
+    """Endpoint ``reader`` of host channel ``ch``: TCP to ``addr`` when given, else the
+    shared-memory ring; moving tensors to ``ch.device`` when the plan names one.
+
+    Raises:
+        ChannelTimeoutError: the writer did not appear within ``timeout``.
+    """
+    from cgc.runtime.devices import with_device
+
+    if addr is not None:
+        end = open_tcp_reader(addr, timeout)
+    else:
+        end = open_reader(ch, prefix, reader, spin_us=spin_us, timeout=timeout)
+    return with_device(end, ch)
 
 
 def poison_channel(prefix: str, cid: int) -> bool:

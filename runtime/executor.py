@@ -28,13 +28,10 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
-from cgc.runtime.devices import with_device
 from cgc.runtime.endpoints import (
     open_communicator,
-    open_reader,
-    open_tcp_reader,
-    open_tcp_writer,
-    open_writer,
+    open_host_reader,
+    open_host_writer,
 )
 from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
@@ -92,24 +89,20 @@ class ActorLoop:
         """Create this actor's writers; return ``(ip, port)`` of its TCP ones."""
         addrs = {}
         for ch in self.my_channels()[0]:
+            w = self.writers[ch.id] = open_host_writer(
+                ch, self.prefix, tcp=ch.id in tcp, spin_us=self.spin_us,
+                default_slot_bytes=self.slot_bytes)
             if ch.id in tcp:
-                w = self.writers[ch.id] = open_tcp_writer(ch)
                 addrs[ch.id] = (ip, w.port)
-            else:
-                self.writers[ch.id] = open_writer(ch, self.prefix, spin_us=self.spin_us,
-                                                  default_slot_bytes=self.slot_bytes)
         return addrs
 
     def open_readers_and_comms(self, timeout: float, addrs: dict[int, tuple[str, int]]) -> None:
         # Connect first, accept after: every writer already listens (round 2), so connects
         # complete from the listen backlog and no two actors wait on each other here.
         for ch in self.my_channels()[1]:
-            if ch.id in addrs:
-                self.readers[ch.id] = open_tcp_reader(addrs[ch.id], timeout)
-            else:
-                self.readers[ch.id] = open_reader(ch, self.prefix, self.actor,
-                                                  spin_us=self.spin_us, timeout=timeout)
-            self.readers[ch.id] = with_device(self.readers[ch.id], ch)
+            self.readers[ch.id] = open_host_reader(ch, self.prefix, self.actor,
+                                                   addrs.get(ch.id), spin_us=self.spin_us,
+                                                   timeout=timeout)
         for cid, w in self.writers.items():
             if cid in addrs:
                 w.accept(timeout)

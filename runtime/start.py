@@ -30,7 +30,6 @@ from typing import Any
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
-from cgc.runtime.devices import with_device
 from cgc.runtime.driver import CompiledGraph
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.endpoints import DEFAULT_SLOTS
@@ -179,7 +178,7 @@ def start_graph(plan: Any, address: str | None, *, communicator: str = "auto",
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
                   deadline: float) -> None:
     from cgc.runtime import actor_calls as ex
-    from cgc.runtime.endpoints import open_reader, open_tcp_reader, open_tcp_writer, open_writer
+    from cgc.runtime.endpoints import open_host_reader, open_host_writer
     from cgc.runtime.monitor import Monitor
 
     handles = graph.actors
@@ -206,12 +205,10 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
     addrs: dict[int, tuple[str, int]] = {}
     for cid in dict.fromkeys(low.input_channels):
         ch = by_id[cid]
+        w = open_host_writer(ch, graph.prefix, tcp=cid in tcp, spin_us=cfg["spin_us"],
+                             default_slot_bytes=cfg["slot_bytes"])
         if cid in tcp:
-            w = open_tcp_writer(ch)
             addrs[cid] = (my_ip, w.port)
-        else:
-            w = open_writer(ch, graph.prefix, spin_us=cfg["spin_us"],
-                            default_slot_bytes=cfg["slot_bytes"])
         graph._in_writers.append(w)
         graph._inputs.append((w.write, _input_picker(proto.graph.nodes[ch.source.node])))
     for got in _gather(refs, deadline, "creating channels").values():
@@ -223,10 +220,9 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
     uniq = list(dict.fromkeys(low.output_channels))
     try:
         for cid in uniq:  # connect before accepting: see ActorLoop.open_readers_and_comms
-            reader = (open_tcp_reader(addrs[cid], left) if cid in tcp else
-                      open_reader(by_id[cid], graph.prefix, DRIVER, spin_us=cfg["spin_us"],
-                                  timeout=left))
-            graph._out_readers.append(with_device(reader, by_id[cid]))
+            graph._out_readers.append(open_host_reader(
+                by_id[cid], graph.prefix, DRIVER, addrs[cid] if cid in tcp else None,
+                spin_us=cfg["spin_us"], timeout=left))
         for cid, w in zip(dict.fromkeys(low.input_channels), graph._in_writers, strict=True):
             if cid in tcp:
                 w.accept(left)

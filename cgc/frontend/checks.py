@@ -142,6 +142,15 @@ _TRANSPORTS = {
 _DEVICES = {"default": pb.DEVICE_DEFAULT, "cpu": pb.CPU, "gpu": pb.GPU, "cuda": pb.GPU}
 
 
+def _lookup(rep: Reporter, node: Any, hint: Any, value: Any, table: dict, what: str,
+            fix: str) -> Any:
+    """``table[value]`` (strings case-insensitive), or a CompileError naming the hint."""
+    key = value.lower() if isinstance(value, str) else value
+    if key not in table:
+        raise rep.fail(node, f"unknown {what} {value!r}", fix, hint.loc)
+    return table[key]
+
+
 def hint_to_proto(
     rep: Reporter,
     node: Any,
@@ -158,27 +167,14 @@ def hint_to_proto(
             joins a communicator), NCCL to ``device="cpu"``, or ``direct_return`` on a
             value that is not a single tensor (a multi-return node as a whole).
     """
-    transport = hint.transport
-    if isinstance(transport, str):
-        transport = transport.lower()
-    if transport not in _TRANSPORTS:
-        raise rep.fail(
-            node,
-            f"unknown tensor transport {hint.transport!r}",
-            "use 'auto', 'nccl', 'shm' or 'host' (communicator objects cannot be stored in a plan)",
-            hint.loc,
-        )
-    device = hint.device.value if hasattr(hint.device, "value") else hint.device
-    if isinstance(device, str):
-        device = device.lower()
-    if device not in _DEVICES:
-        raise rep.fail(
-            node,
-            f"unknown device {hint.device!r}",
-            "use 'default', 'cpu', 'gpu' or 'cuda'",
-            hint.loc,
-        )
-    t, d = _TRANSPORTS[transport], _DEVICES[device]
+    t = _lookup(
+        rep, node, hint, hint.transport, _TRANSPORTS, "tensor transport",
+        "use 'auto', 'nccl', 'shm' or 'host' (communicator objects cannot be stored in a plan)",
+    )
+    d = _lookup(
+        rep, node, hint, getattr(hint.device, "value", hint.device), _DEVICES, "device",
+        "use 'default', 'cpu', 'gpu' or 'cuda'",
+    )
     if t == pb.NCCL and is_input:
         raise rep.fail(
             node,

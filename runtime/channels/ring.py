@@ -44,7 +44,7 @@ import numpy as np
 from .errors import ChannelClosedError, ChannelTimeoutError
 from .futex import fence, futex_wait, futex_wake
 from .pcopy import copy_into
-from .pool import BlockCache, BlockPool
+from .pool import BlockCache, BlockPool, block_data_offset
 from .serial import Serializer, loads
 from .shm import Segment
 
@@ -423,7 +423,7 @@ class ShmRingReader(_Endpoint):
             raise
 
     def _load_block(self, seg: Segment, n: int, plen: int, total: int, busy: memoryview) -> Any:
-        p = _a64(64 + 4 * self.num_readers)
+        p = block_data_offset(self.num_readers)
         mv = seg.mv
         if not n:
             v = loads(mv[p:p + plen], [])
