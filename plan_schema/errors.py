@@ -16,6 +16,7 @@ __all__ = [
     "CgcError",
     "PlanFormatError",
     "UntrustedPlanError",
+    "ConfigError",
 ]
 
 EXIT_OK = 0
@@ -40,3 +41,9 @@ class PlanFormatError(CgcError):
 
 class UntrustedPlanError(PlanFormatError):
     """The plan holds pickled values and the caller did not say it trusts the file."""
+
+
+class ConfigError(CgcError):
+    """A run setting is unknown or out of range (``start()`` arguments, ``cgc run`` options)."""
+
+    exit_code = EXIT_USAGE
