@@ -7,27 +7,35 @@ Op tokens
 ---------
 One op prints as one token without spaces::
 
-    token   := task KIND [ "." out ] [ ":c" channel ] [ arrow peer ] [ "#" seq ] [ "+" off ] [ "~" ]
+    token   := task KIND [ "." out ] [ ":c" channel ] [ arrow peer ] [ "@g" comm ]
+               [ "#" seq ] [ "{" node { "," node } "}" ] [ "+" off ] [ "~" ]
     KIND    := "R" (READ) | "C" (COMPUTE) | "W" (WRITE) | "SEND" | "RECV" | "COLL"
     arrow   := "→" (SEND: to peer) | "←" (RECV: from peer)      ("->" and "<-" also parse)
 
 ``task`` is the node id the op serves, ``out`` the output index (printed when not 0),
-``channel`` the channel id (printed when not 0), ``seq`` the position in the
-communicator's order (always printed for SEND/RECV/COLL), ``+off`` the exec offset
-(``+1``: a prefetch for the next execution; printed when not 0), and a trailing ``~`` means
-the op is issued on the communication stream. Examples::
+``channel`` the channel id (printed when not 0), ``comm`` the communicator the op runs on
+and ``seq`` its position in that communicator's order (both always printed for
+SEND/RECV/COLL), the braces the input attributes a READ takes out of the whole input
+(``Op.extract``, printed when not empty), ``+off`` the exec offset (``+1``: a prefetch for
+the next execution; printed when not 0), and a trailing ``~`` means the op is issued on
+the communication stream. Examples::
 
-    3R:c1        READ channel 1, for task 3
-    3C           COMPUTE task 3
-    3W.1:c4      WRITE output 1 of task 3 on channel 4
-    3SEND:c5→b#0 SEND output 0 of task 3 on NCCL channel 5 to actor b, seq 0
-    7RECV:c5←a#0~  RECV on channel 5 from a, seq 0, for task 7, on the comm stream
-    9COLL#2      take part in collective node 9, seq 2
-    7RECV:c5←a#3+1~  the same RECV for the next execution (prefetch)
+    3R:c1           READ channel 1, for task 3
+    3R:c1{1,2}      READ the whole input on channel 1 and take nodes 1 and 2 out of it
+    3C              COMPUTE task 3
+    3W.1:c4         WRITE output 1 of task 3 on channel 4
+    3SEND:c5→b@g0#0 SEND output 0 of task 3 on NCCL channel 5 to actor b, communicator 0, seq 0
+    7RECV:c5←a@g0#0~  RECV on channel 5 from a, seq 0, for task 7, on the comm stream
+    9COLL@g1#2      take part in collective node 9 on communicator 1, seq 2
+    7RECV:c5←a@g0#3+1~  the same RECV for the next execution (prefetch)
 
 A program prints as one line, ``actor: [prologue tokens] loop tokens`` (the bracketed part
 only when the prologue is not empty). ``parse_op(format_op(op)) == op`` and
 ``parse_program(format_program(p)) == p`` for every well-formed op and program.
+
+The formatters never fail with a bare exception on a plan read from a file: an enum value
+this cgc does not know (a newer or corrupted plan) raises ``PlanFormatError`` naming the
+field.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from __future__ import annotations
 import re
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.errors import PlanFormatError
 
 __all__ = ["format_op", "parse_op", "format_program", "parse_program", "format_plan_text"]
 
@@ -50,21 +59,35 @@ _BY_CODE = {v: k for k, v in _KINDS.items()}
 _TOKEN = re.compile(
     r"^(?P<task>\d+)(?P<kind>SEND|RECV|COLL|R|C|W)"
     r"(?:\.(?P<out>\d+))?(?::c(?P<ch>\d+))?"
-    r"(?:(?P<arrow>→|->|←|<-)(?P<peer>[A-Za-z_@][\w@.\-]*?))?"
-    r"(?:#(?P<seq>\d+))?(?:\+(?P<off>\d+))?(?P<comm>~)?$"
+    r"(?:(?P<arrow>→|->|←|<-)(?P<peer>@?[A-Za-z_][\w.\-]*?))?"
+    r"(?:@g(?P<comm>\d+))?(?:#(?P<seq>\d+))?(?:\{(?P<extract>\d+(?:,\d+)*)\})?"
+    r"(?:\+(?P<off>\d+))?(?P<stream>~)?$"
 )
+_COMM_OPS = (pb.SEND, pb.RECV, pb.COLL)
+
+
+def _name(enum, value: int, what: str) -> str:  # noqa: ANN001 - a protobuf enum wrapper
+    """``enum.Name(value)``, or PlanFormatError naming ``what`` for a value it lacks."""
+    try:
+        return enum.Name(value)
+    except ValueError:
+        raise PlanFormatError(
+            f"{what} has the unknown value {value} (a plan from a newer cgc, or corrupted)"
+        ) from None
 
 
 def format_op(op: pb.Op) -> str:
-    """One op as a token, e.g. ``"3SEND:c5→b#0~"``.
+    """One op as a token, e.g. ``"3SEND:c5→b@g0#0~"``.
 
     Example: ``format_op(pb.Op(kind=pb.COMPUTE, task=3)) == "3C"``.
 
     Raises:
-        ValueError: the op's kind is unspecified.
+        PlanFormatError: the op's kind is unspecified or unknown.
     """
     if op.kind not in _KINDS:
-        raise ValueError(f"op has no kind: {op!r}")
+        raise PlanFormatError(
+            f"an op (task {op.task}) has kind {op.kind}, which is not a known op kind"
+        )
     s = f"{op.task}{_KINDS[op.kind]}"
     if op.output_index:
         s += f".{op.output_index}"
@@ -72,8 +95,12 @@ def format_op(op: pb.Op) -> str:
         s += f":c{op.channel}"
     if op.peer:
         s += ("→" if op.kind == pb.SEND else "←") + op.peer
-    if op.kind in (pb.SEND, pb.RECV, pb.COLL) or op.seq:
+    if op.kind in _COMM_OPS or op.communicator:
+        s += f"@g{op.communicator}"
+    if op.kind in _COMM_OPS or op.seq:
         s += f"#{op.seq}"
+    if op.extract:
+        s += "{" + ",".join(map(str, op.extract)) + "}"
     if op.exec_offset:
         s += f"+{op.exec_offset}"
     if op.stream == pb.COMM_STREAM:
@@ -92,7 +119,7 @@ def parse_op(token: str) -> pb.Op:
     m = _TOKEN.match(token.strip())
     if m is None:
         raise ValueError(
-            f"not an op token: {token!r} (expected e.g. '3C', '3R:c1', '3SEND:c5→b#0')"
+            f"not an op token: {token!r} (expected e.g. '3C', '3R:c1', '3SEND:c5→b@g0#0')"
         )
     op = pb.Op(kind=_BY_CODE[m["kind"]], task=int(m["task"]))
     if m["out"]:
@@ -101,27 +128,37 @@ def parse_op(token: str) -> pb.Op:
         op.channel = int(m["ch"])
     if m["peer"]:
         op.peer = m["peer"]
+    if m["comm"]:
+        op.communicator = int(m["comm"])
     if m["seq"]:
         op.seq = int(m["seq"])
+    if m["extract"]:
+        op.extract.extend(int(i) for i in m["extract"].split(","))
     if m["off"]:
         op.exec_offset = int(m["off"])
-    if m["comm"]:
+    if m["stream"]:
         op.stream = pb.COMM_STREAM
     return op
 
 
 def format_program(program: pb.Program, plan: pb.Plan | None = None) -> str:
-    """One program as one line: ``"w1: [2RECV:c3←w0#0] 2C 2W:c4"``.
+    """One program as one line: ``"w1: [2RECV:c3←w0@g0#0] 2C 2W:c4"``.
 
     ``plan`` is accepted for symmetry with the other dumps and not needed.
     Example: ``format_program(pb.Program(actor="a", ops=[pb.Op(kind=pb.COMPUTE, task=1)]))
     == "a: 1C"``.
+
+    Raises:
+        PlanFormatError: an op of an unknown kind (the message names the actor).
     """
     del plan
     parts = [f"{program.actor}:"]
-    if program.prologue:
-        parts.append("[" + " ".join(format_op(op) for op in program.prologue) + "]")
-    parts.extend(format_op(op) for op in program.ops)
+    try:
+        if program.prologue:
+            parts.append("[" + " ".join(format_op(op) for op in program.prologue) + "]")
+        parts.extend(format_op(op) for op in program.ops)
+    except PlanFormatError as exc:
+        raise PlanFormatError(f"program of actor {program.actor!r}: {exc}") from None
     return " ".join(parts)
 
 
@@ -149,6 +186,10 @@ def format_plan_text(plan: pb.Plan) -> str:
     """The whole plan, readable: what ``cgc inspect`` prints and golden tests compare.
 
     Example: ``print(format_plan_text(plan))``.
+
+    Raises:
+        PlanFormatError: the plan holds an enum value this cgc does not know (the message
+            names the field); other damage prints as it is (``cgc check`` finds it).
     """
     return "\n".join(_plan_lines(plan)) + "\n"
 
@@ -157,17 +198,30 @@ def _loc(loc: pb.SourceLoc) -> str:
     return f"  @{loc.file}:{loc.line}" if loc.file else ""
 
 
+def _has_pickled(v: pb.Value) -> bool:
+    kind = v.WhichOneof("kind")
+    if kind == "pickled":
+        return True
+    if kind in ("list_value", "tuple_value"):
+        return any(_has_pickled(x) for x in getattr(v, kind).items)
+    if kind == "map_value":
+        return any(_has_pickled(e.key) or _has_pickled(e.value) for e in v.map_value.entries)
+    return False
+
+
 def _arg(arg: pb.Arg) -> str:
     if arg.WhichOneof("kind") == "ref":
         r = arg.ref
         return f"%{r.node}" + (f".{r.output_index}" if r.output_index else "")
+    if _has_pickled(arg.constant):  # a dump never unpickles (it would run the file's code)
+        return "<value with pickled parts>"
     from cgc.plan_schema.values import value_to_text
 
     return value_to_text(arg.constant, 40)
 
 
 def _node_line(n: pb.Node) -> str:
-    kind = pb.NodeKind.Name(n.kind)
+    kind = _name(pb.NodeKind, n.kind, f"node %{n.id} kind")
     args = ", ".join([_arg(a) for a in n.args] + [f"{k.name}={_arg(k.arg)}" for k in n.kwargs])
     if n.kind == pb.INPUT_ATTR:
         key = f"[{n.index}]" if n.key_kind == pb.INDEX else f".{n.field}"
@@ -180,9 +234,9 @@ def _node_line(n: pb.Node) -> str:
     if n.kind == pb.COLLECTIVE:
         extra += f" collective={n.collective}"
     for h in n.hints:
-        t = pb.Transport.Name(h.hint.transport).lower()
-        dev = "" if not h.hint.device else f"/{pb.Device.Name(h.hint.device).lower()}"
-        extra += f" hint[{h.output_index}]={t}{dev}"
+        t = _name(pb.Transport, h.hint.transport, f"node %{n.id} transport hint").lower()
+        dev = _name(pb.Device, h.hint.device, f"node %{n.id} device hint").lower()
+        extra += f" hint[{h.output_index}]={t}" + (f"/{dev}" if h.hint.device else "")
     return f"  %{n.id} = {n.name or kind.lower()}({args}){extra}{_loc(n.loc)}"
 
 
@@ -200,11 +254,12 @@ def _actor_line(a: pb.Actor) -> str:
 
 
 def _channel_line(ch: pb.Channel) -> str:
-    kind = {pb.CHAN_HOST: "host", pb.CHAN_NCCL: "nccl"}.get(ch.kind, "?")
+    kind = _name(pb.ChannelKind, ch.kind, f"channel c{ch.id} kind")
+    kind = {pb.CHAN_HOST: "host", pb.CHAN_NCCL: "nccl"}.get(ch.kind, kind.lower())
     src = f"%{ch.source.node}" + (f".{ch.source.output_index}" if ch.source.output_index else "")
     extra = f" comm={ch.communicator}" if ch.kind == pb.CHAN_NCCL else f" slots={ch.slots}"
     if ch.device:
-        extra += f" device={pb.Device.Name(ch.device).lower()}"
+        extra += f" device={_name(pb.Device, ch.device, f'channel c{ch.id} device').lower()}"
     if ch.spec.dtype:
         extra += f" spec={ch.spec.dtype}{list(ch.spec.shape)}"
     return (
@@ -234,11 +289,9 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
     out.append(f"nodes ({len(g.nodes)}):")
     out.extend(_node_line(n) for n in g.nodes)
     for c in g.collectives:
-        kind = pb.CollectiveKind.Name(c.kind).lower()
-        out.append(
-            f"  collective {c.id}: {kind}/{pb.ReduceOp.Name(c.reduce_op).lower()} "
-            f"members {['%' + str(n) for n in c.nodes]}"
-        )
+        kind = _name(pb.CollectiveKind, c.kind, f"collective {c.id} kind").lower()
+        op = _name(pb.ReduceOp, c.reduce_op, f"collective {c.id} reduce_op").lower()
+        out.append(f"  collective {c.id}: {kind}/{op} members {['%' + str(n) for n in c.nodes]}")
     out.append(f"channels ({len(low.channels)}):")
     out.extend(_channel_line(ch) for ch in low.channels)
     out.append(f"  driver writes {list(low.input_channels)}, reads {list(low.output_channels)}")
@@ -247,8 +300,10 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
         out.extend(f"  comm {c.id} {c.backend}: {' '.join(c.members)}" for c in low.communicators)
     out.append("programs:")
     out.extend("  " + format_program(p) for p in low.programs)
+    at_cap = _name(pb.AtCapacity, cfg.at_capacity, "ExecConfig.at_capacity")
     out.append(
-        f"config: capacity={cfg.capacity} submit_timeout={cfg.submit_timeout_s:g}s "
+        f"config: capacity={cfg.capacity} at_capacity={at_cap.removeprefix('AT_CAPACITY_').lower()} "
+        f"submit_timeout={cfg.submit_timeout_s:g}s "
         f"get_timeout={cfg.get_timeout_s:g}s teardown={cfg.teardown_timeout_s:g}s "
         f"setup={cfg.setup_timeout_s:g}s spin={cfg.spin_us}us slot_bytes={cfg.default_slot_bytes} "
         f"max_buffered={cfg.max_buffered_results}"
