@@ -1,4 +1,5 @@
-"""The one table of run-time defaults, and ``RunConfig``: the typed settings of one run.
+"""The one table of run-time defaults, ``RunConfig`` (the typed settings of one run), and
+``LIMITS`` (the bounds every plan field must keep).
 
 The compiler writes ``DEFAULTS`` into every plan's ``ExecConfig`` (pass ``config``); the
 runtime reads a plan's ``ExecConfig`` and applies the user's ``start()`` / ``cgc run``
@@ -7,6 +8,11 @@ so the compiler, the CLI and the runtime cannot disagree.
 
 Timeouts are seconds; in ``RunConfig`` ``None`` means "no limit". In an ``ExecConfig`` a
 field left at 0 (a hand-built plan) takes the default from this table.
+
+``LIMITS`` bounds what a plan may ask for (capacity, ring sizes, counts); the structure
+check (``cgc.verify.check_structure``) rejects a plan beyond them with a ``PlanLimitError``
+naming the field and the limit, before anything is allocated or simulated. A user with a
+real reason passes ``limits=dataclasses.replace(LIMITS, capacity=4096)`` to ``verify_plan``.
 
 Example:
     >>> from cgc.plan_schema import plan_pb2 as pb
@@ -27,7 +33,15 @@ from typing import Any
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import ConfigError
 
-__all__ = ["DEFAULTS", "RunConfig", "AT_CAPACITY", "COMMUNICATORS", "HOST_TRANSPORTS"]
+__all__ = [
+    "DEFAULTS",
+    "RunConfig",
+    "AT_CAPACITY",
+    "COMMUNICATORS",
+    "HOST_TRANSPORTS",
+    "Limits",
+    "LIMITS",
+]
 
 # ExecConfig field -> default. Why these values: a submission waits only for room (10 s is
 # long); LLM steps can take many seconds (60 s get); NCCL communicator set-up can take tens of
@@ -44,6 +58,54 @@ DEFAULTS: dict[str, float | int] = {
 }
 
 AT_CAPACITY = {"wait": pb.AT_CAPACITY_WAIT, "raise": pb.AT_CAPACITY_RAISE}
+
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds on plan fields; a plan beyond one is rejected before it runs.
+
+    Why bounds at all: a plan file is input from strangers, and a few bytes can ask for
+    anything (``capacity = 2**32 - 1``, ``num_returns = 10**9``, terabytes of rings). Each
+    bound is far above what the compiler writes for real graphs and far below what would
+    exhaust a machine. Counts bound the verifier's and the runtime's work per plan byte.
+
+    Attributes:
+        capacity: ``ExecConfig.capacity`` (the compiler's own choice is at most 8; Ray's
+            default ``_max_inflight_executions`` is 10).
+        slots: ``Channel.slots`` of one host channel.
+        slot_bytes: ``Channel.slot_bytes`` and ``ExecConfig.default_slot_bytes`` (inline
+            bytes per slot; larger values travel in data blocks anyway).
+        ring_bytes: the sum over host channels of ``slots * slot_bytes`` (0 bytes: the
+            config's default), i.e. the shared memory the rings reserve.
+        num_returns: ``Node.num_returns`` of one call.
+        actors, nodes, channels, communicators: lengths of those plan lists.
+        ops: ops in all programs together (prologues included).
+        communicator_size: members of one communicator.
+        buffered_results: ``ExecConfig.max_buffered_results``.
+        spin_us: ``ExecConfig.spin_us`` (a busy-wait of one second is already absurd).
+        executions: executions the verifier may be asked to step.
+    """
+
+    capacity: int = 1024
+    slots: int = 1024
+    slot_bytes: int = _GIB
+    ring_bytes: int = 32 * _GIB
+    num_returns: int = 4096
+    actors: int = 4096
+    nodes: int = 1_000_000
+    channels: int = 1_000_000
+    communicators: int = 4096
+    ops: int = 4_000_000
+    communicator_size: int = 4096
+    buffered_results: int = 1_000_000
+    spin_us: int = 1_000_000
+    executions: int = 4096
+
+
+# The limits every plan is checked against unless the caller passes others.
+LIMITS = Limits()
 COMMUNICATORS = ("auto", "cpu", "nccl")
 HOST_TRANSPORTS = ("auto", "shm", "tcp")
 
@@ -115,7 +177,8 @@ class RunConfig:
         if not 1 <= cap <= plan_cap:
             raise ConfigError(
                 f"capacity {cap} is outside 1..{plan_cap} (the plan's driver channels hold "
-                f"{plan_cap} executions; compile with a larger capacity to raise it)")
+                f"{plan_cap} executions; compile with a larger capacity to raise it)"
+            )
         at_cap = over.get("at_capacity")
         if at_cap is None:
             at_cap = "raise" if config.at_capacity == pb.AT_CAPACITY_RAISE else "wait"
@@ -135,8 +198,9 @@ class RunConfig:
 
         # 0 is a real choice for spin_us (sleep at once), so the plan's value stands as is.
         spin = float(over.get("spin_us", config.spin_us))
-        buffered = int(over.get("max_buffered_results",
-                                _plan_value(config, "max_buffered_results")))
+        buffered = int(
+            over.get("max_buffered_results", _plan_value(config, "max_buffered_results"))
+        )
         if spin < 0 or buffered < 1:
             raise ConfigError("spin_us must be >= 0 and max_buffered_results >= 1")
         return cls(

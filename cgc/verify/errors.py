@@ -1,10 +1,10 @@
-"""Errors the verifier raises; both exit the CLI with code 5 (EXIT_VERIFY)."""
+"""Errors the verifier raises; all exit the CLI with code 5 (EXIT_VERIFY)."""
 
 from __future__ import annotations
 
 from cgc.plan_schema.errors import EXIT_VERIFY, CgcError
 
-__all__ = ["VerifyError", "DeadlockError", "PlanStructureError"]
+__all__ = ["VerifyError", "DeadlockError", "PlanStructureError", "PlanLimitError"]
 
 
 class VerifyError(CgcError):
@@ -14,7 +14,26 @@ class VerifyError(CgcError):
 
 
 class PlanStructureError(VerifyError):
-    """A structural check failed (bad id, dangling reference, missing or doubled op, ...)."""
+    """A structural check failed (bad id, dangling reference, unknown enum value, missing
+    or doubled op, ...); the message names the field or the actor, op and channel."""
+
+
+class PlanLimitError(PlanStructureError):
+    """A plan field is beyond its bound in ``cgc.plan_schema.defaults.Limits``.
+
+    Attributes:
+        field: the plan field, e.g. ``"ExecConfig.capacity"`` or ``"Channel c3 slots"``.
+        value: what the plan holds.
+        limit: the bound it exceeds.
+        name: the ``Limits`` attribute that holds the bound (``"capacity"``).
+    """
+
+    def __init__(self, field: str, value: int, limit: int, name: str) -> None:
+        super().__init__(
+            f"invalid plan: {field} is {value:,}, above the limit {limit:,} (Limits.{name}; "
+            "verify_plan(plan, limits=...) takes other limits if you have a real reason)"
+        )
+        self.field, self.value, self.limit, self.name = field, value, limit, name
 
 
 class DeadlockError(VerifyError):

@@ -25,17 +25,16 @@ __all__ = ["deadlock_message", "waits_for"]
 _WINDOW = 4  # ops shown on each side of the stuck op
 
 
-def _tok(op: Any) -> str:
-    return f"{op[0]} c{op[1]}" if isinstance(op, tuple) else format_op(op)
+def _tok(name: str, op: pb.Op) -> str:
+    if name == DRIVER:  # the driver's ops are bare channel reads and writes
+        return f"{'write' if op.kind == pb.WRITE else 'read'} c{op.channel}"
+    return format_op(op)
 
 
 def waits_for(sim: Any, name: str) -> list[tuple[str, str]]:
     """``[(process, why)]`` that the blocked process ``name`` waits for."""
     p = sim.procs[name]
     op, e = p.head
-    if isinstance(op, tuple):
-        kind, cid = op
-        op = pb.Op(kind=pb.WRITE if kind == "write" else pb.READ, channel=cid)
     ch = sim.channels.get(op.channel)
     if op.kind == pb.READ:
         return [(ch.writer, f"READ on c{ch.id}: not written yet")]
@@ -53,7 +52,6 @@ def waits_for(sim: Any, name: str) -> list[tuple[str, str]]:
             h = sim.procs[actor].head
             if (
                 h is None
-                or isinstance(h[0], tuple)
                 or h[0].kind != pb.COLL
                 or h[1] != e
                 or sim.coll_of.get(h[0].task) != sim.coll_of.get(op.task)
@@ -98,7 +96,8 @@ def deadlock_message(sim: Any) -> tuple[str, list[str]]:
             lines.append(f"  {name:<10}{'-':<6}{'done':<10}")
             continue
         op, e = p.head
-        lines.append(f"  {name:<10}{e:<6}{f'{p.pc}/{len(p.ops)}':<10}{_tok(op):<18} <-- stuck")
+        pos = f"{p.pc}/{p.length}"
+        lines.append(f"  {name:<10}{e:<6}{pos:<10}{_tok(name, op):<18} <-- stuck")
     cycle, why = _cycle(sim, blocked)
     kind = (
         "wait-for cycle"
@@ -111,15 +110,15 @@ def deadlock_message(sim: Any) -> tuple[str, list[str]]:
         p = sim.procs[name]
         if name == DRIVER or p.head is None:
             continue
-        lo, hi = max(0, p.pc - _WINDOW), min(len(p.ops), p.pc + _WINDOW + 1)
+        lo, hi = max(0, p.pc - _WINDOW), min(p.length, p.pc + _WINDOW + 1)
         toks = [
-            _tok(op) if i != p.pc else f">>{_tok(op)}<<"
-            for i, (op, _) in enumerate(p.ops[lo:hi], lo)
+            _tok(name, op) if i != p.pc else f">>{_tok(name, op)}<<"
+            for i, (op, _) in enumerate(p.window(lo, hi), lo)
         ]
         lines.append(
             f"  {name}: "
             + ("... " if lo else "")
             + " ".join(toks)
-            + (" ..." if hi < len(p.ops) else "")
+            + (" ..." if hi < p.length else "")
         )
     return "\n".join(lines), cycle

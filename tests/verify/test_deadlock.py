@@ -14,6 +14,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import EXIT_VERIFY
 from cgc.plan_schema.text import parse_program
 from cgc.verify import DeadlockError, PlanStructureError, VerifyError, verify_plan
+from cgc.verify.simulate import simulate
 
 
 def _with_programs(plan: pb.Plan, *lines: str) -> pb.Plan:
@@ -34,13 +35,13 @@ def test_recv_before_send_both_ways_deadlocks_with_table_and_cycle():
         verify_plan(bad)
     msg = str(ei.value)
     assert ei.value.exit_code == EXIT_VERIFY
-    assert "a         0     2/" in msg and "4RECV:c3←b#1" in msg and "<-- stuck" in msg
+    assert "a         0     2/" in msg and "4RECV:c3←b@g0#1" in msg and "<-- stuck" in msg
     assert "b         0     0/" in msg
     assert (
         "wait-for cycle: a waits for b (RECV from b on c3), b waits for a (RECV from a on c2)"
         in msg
     )
-    assert ">>4RECV:c3←b#1<<" in msg
+    assert ">>4RECV:c3←b@g0#1<<" in msg
     assert sorted(ei.value.cycle) == ["a", "b"]
 
 
@@ -53,13 +54,34 @@ def test_collective_against_send_deadlocks():
         verify_plan(bad)
 
 
+def test_capacity_above_a_driver_rings_slots_is_refused():
+    plan = lower(shapes.chain(), LowerOptions(slots=1))
+    plan.config.capacity = 4  # more in flight than the driver's rings can hold
+    with pytest.raises(PlanStructureError, match="driver channel c1 holds 1 values"):
+        verify_plan(plan)
+
+
 def test_full_rings_deadlock_driver_and_actor():
     plan = lower(shapes.chain(), LowerOptions(slots=1))
-    plan.config.capacity = 4  # more in flight than the output rings can hold
+    plan.config.capacity = 4
+    # stepped below the structure check (which refuses this capacity): the driver's rings
+    # fill while it waits for an output
     with pytest.raises(DeadlockError) as ei:
-        verify_plan(plan)
+        simulate(plan, 6, 4)
     msg = str(ei.value)
     assert "@driver" in msg and "ring of 1 full" in msg and "wait-for cycle" in msg
+
+
+def test_a_prefetch_deadlocks_when_the_driver_holds_one_execution():
+    # a reads execution e+1's input before it writes execution e's output: the driver
+    # must have submitted e+1 before it reads e, so capacity 1 deadlocks and 2 does not
+    plan = lower(shapes.chain(), LowerOptions(capacity=2))
+    prefetching = _with_programs(plan, "a: [2R:c1] 2C 2W:c2 2R:c1+1 4R:c3 4C 4W:c4")
+    report = verify_plan(prefetching)
+    assert report.executions == plan.config.capacity + 2 and not report.all_executions
+    prefetching.config.capacity = 1
+    with pytest.raises(DeadlockError, match="READ on c1: not written yet"):
+        verify_plan(prefetching)
 
 
 def test_swapped_recvs_from_two_peers_are_proven_safe():
