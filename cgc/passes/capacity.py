@@ -13,15 +13,20 @@ flight (one per stage, plus the one the driver is submitting), clamped to [2, 8]
 
 Capacity is then ``min(slots of the output channels)``: with that many executions in
 flight every output fits in its ring, so actors never wait on the driver and the
-driver's input writes always drain. ``LowerOptions.slots`` / ``capacity`` override.
+driver's input writes always drain. ``LowerOptions.slots`` / ``capacity`` override,
+within ``Limits.capacity`` / ``Limits.slots``; the shared memory all rings reserve must
+stay within ``Limits.ring_bytes``. This is the only place capacity is computed: the
+verifier checks that every driver channel holds it, and the runtime applies it as is.
 """
 
 from __future__ import annotations
 
+from cgc.errors import CompileError
 from cgc.ir import attrs as A
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.defaults import DEFAULTS
 
 __all__ = ["assign_capacity", "pre", "post", "MAX_CAPACITY"]
 
@@ -41,26 +46,55 @@ def _stages(state: LowerState) -> dict[int, int]:
     return stage
 
 
+def _check_option(value: int | None, limit: int, name: str) -> None:
+    if value is not None and not 1 <= value <= limit:
+        raise CompileError(
+            f"{name}={value} is outside 1..{limit} (Limits.{name}; pass LowerOptions(limits=...) "
+            "if you have a real reason)"
+        )
+
+
+def _check_ring_bytes(state: LowerState) -> None:
+    low, limit = state.lowered, state.options.limits.ring_bytes
+    default = int(DEFAULTS["default_slot_bytes"])
+    host = [ch for ch in low.channels if ch.kind == pb.CHAN_HOST]
+    total = sum(ch.slots * (ch.slot_bytes or default) for ch in host)
+    if total > limit:
+        big = sorted(host, key=lambda ch: (-ch.slots * (ch.slot_bytes or default), ch.id))[:3]
+        names = ", ".join(f"c{ch.id} ({ch.slots} x {ch.slot_bytes:,} bytes)" for ch in big)
+        raise CompileError(
+            f"the channels' rings would reserve {total:,} bytes of shared memory, above "
+            f"Limits.ring_bytes = {limit:,} (largest: {names}); lower the capacity or the "
+            "declared tensor sizes"
+        )
+
+
 def assign_capacity(state: LowerState) -> None:
     """Set ``Channel.slots`` on every channel and ``config.capacity``.
 
     Example: a two-stage pipeline gets capacity 3 and double-buffered stage channels.
+
+    Raises:
+        CompileError: a forced capacity or slot count outside its limit, or rings that
+            would reserve more shared memory than ``Limits.ring_bytes``.
     """
     g, low, opts = state.g, state.lowered, state.options
+    _check_option(opts.capacity, opts.limits.capacity, "capacity")
+    _check_option(opts.slots, opts.limits.slots, "slots")
     stage = state.stage = _stages(state)
     tasks = [n for n in g.nodes if g.nodes[n][A.KIND] in (pb.CALL, pb.COLLECTIVE)]
     depth = 1 + max((stage[t] for t in tasks), default=0)
     if opts.capacity is not None:
-        cap = max(1, opts.capacity)
+        cap = opts.capacity
     elif opts.slots is not None:
-        cap = max(1, opts.slots)
+        cap = opts.slots
     else:
         cap = min(MAX_CAPACITY, max(2, depth + 1))
     for ch in low.channels:
         if ch.kind == pb.CHAN_NCCL:
             ch.slots = 1
         elif opts.slots is not None:
-            ch.slots = max(1, opts.slots)
+            ch.slots = opts.slots
         elif ch.writer == DRIVER or DRIVER in ch.readers:
             ch.slots = cap
         else:
@@ -74,6 +108,7 @@ def assign_capacity(state: LowerState) -> None:
             ch.slots = max(1, min(cap, span + 1))
     outs = [low.channels[c - 1].slots for c in low.output_channels]
     state.plan.config.capacity = min([cap, *outs])
+    _check_ring_bytes(state)
 
 
 def pre(state: LowerState) -> None:
@@ -87,9 +122,9 @@ def pre(state: LowerState) -> None:
 def post(state: LowerState) -> None:
     low = state.lowered
     require(state.plan.config.capacity >= 1, _NAME, "capacity < 1")
-    for c in low.output_channels:
+    for c in list(low.input_channels) + list(low.output_channels):
         require(
             low.channels[c - 1].slots >= state.plan.config.capacity,
             _NAME,
-            f"output c{c} holds fewer values than the capacity",
+            f"driver channel c{c} holds fewer values than the capacity",
         )

@@ -5,6 +5,11 @@ readers are all of them (``"@driver"`` included); one read over NCCL gets one CH
 channel whose readers are the NCCL readers. Ids start at 1 and follow (node id, output
 index, host before nccl). ``input_channels`` lists the channels of INPUT/INPUT_ATTR nodes
 in node order; ``output_channels[i]`` is the channel of OUTPUT arg ``i``.
+
+An actor that reads the whole input (the INPUT node) over host memory takes the input
+attributes it also needs (``inp[0]``, ``inp.k``) out of that value instead of reading a
+channel per attribute: their edges carry the whole input's channel, and pass ``extract``
+lists them on the READ (``Op.extract``). Only plain host edges qualify (no device move).
 """
 
 from __future__ import annotations
@@ -15,11 +20,16 @@ from cgc.ir import attrs as A
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.defaults import DEFAULTS
 
-__all__ = ["build_channels", "pre", "post", "DEFAULT_SLOT_BYTES"]
+__all__ = ["build_channels", "pre", "post", "EXTRACTED"]
 
 _NAME = "channels"
-DEFAULT_SLOT_BYTES = 1 << 20
+_DEFAULT_SLOT_BYTES = int(DEFAULTS["default_slot_bytes"])
+# Edge.reason of an input attribute taken out of the whole input (see the module doc).
+EXTRACTED = "taken out of the whole input"
+# (channel kind, the edge transports it carries), host first: the id order.
+_KINDS = ((pb.CHAN_HOST, (pb.HOST, pb.DEVICE_COPY)), (pb.CHAN_NCCL, (pb.NCCL,)))
 _DTYPE_BYTES = {
     "float64": 8,
     "float32": 4,
@@ -36,14 +46,38 @@ _DTYPE_BYTES = {
 }
 
 
-def _slot_bytes(hint: pb.TransportHint | None) -> int:
-    """Bytes of a declared static tensor plus room for its header, else the default."""
+def _slot_bytes(hint: pb.TransportHint | None, limit: int) -> int:
+    """Bytes of a declared static tensor plus room for its header, else the default.
+
+    At most ``limit`` (``Limits.slot_bytes``): a larger value travels in a data block.
+    """
     if hint is None or not hint.spec.dtype or not hint.spec.shape:
-        return DEFAULT_SLOT_BYTES
+        return _DEFAULT_SLOT_BYTES
     size = _DTYPE_BYTES.get(hint.spec.dtype.replace("torch.", ""))
     if size is None or any(d < 0 for d in hint.spec.shape):
-        return DEFAULT_SLOT_BYTES
-    return max(4096, math.prod(hint.spec.shape) * size + 4096)
+        return _DEFAULT_SLOT_BYTES
+    return min(limit, max(4096, math.prod(hint.spec.shape) * size + 4096))
+
+
+def _plain_host(d: dict) -> bool:
+    return d[A.TRANSPORT] == pb.HOST and d[A.DEVICE] == pb.DEVICE_DEFAULT
+
+
+def _extracted_edges(state: LowerState) -> set[tuple[int, int, int]]:
+    """INPUT_ATTR edges whose reader also reads the whole input over plain host memory."""
+    g = state.g
+    whole_readers = {
+        g.nodes[dst][A.ACTOR]
+        for src, dst, d in g.edges(data=True)
+        if g.nodes[src][A.KIND] == pb.INPUT and _plain_host(d)
+    }
+    return {
+        (src, dst, key)
+        for src, dst, key, d in g.edges(keys=True, data=True)
+        if g.nodes[src][A.KIND] == pb.INPUT_ATTR
+        and _plain_host(d)
+        and g.nodes[dst][A.ACTOR] in whole_readers - {DRIVER}
+    }
 
 
 def build_channels(state: LowerState) -> None:
@@ -54,26 +88,29 @@ def build_channels(state: LowerState) -> None:
     """
     g, low = state.g, state.lowered
     graph = g.graph[A.GRAPH]
+    extracted = _extracted_edges(state)
+    whole = 0  # the whole input's host channel, once built
     for src in sorted(g.nodes):
         writer = g.nodes[src][A.ACTOR]
         by_out: dict[int, list[tuple[int, dict]]] = {}
         for _, dst, key, data in g.out_edges(src, keys=True, data=True):
-            by_out.setdefault(key, []).append((dst, data))
+            if (src, dst, key) not in extracted:
+                by_out.setdefault(key, []).append((dst, data))
         for out in sorted(by_out):
             edges = sorted(by_out[out], key=lambda e: e[0])
-            for kind, transports in (("host", (pb.HOST, pb.DEVICE_COPY)), ("nccl", (pb.NCCL,))):
+            for kind, transports in _KINDS:
                 mine = [(dst, d) for dst, d in edges if d[A.TRANSPORT] in transports]
                 if not mine:
                     continue
                 hint = mine[0][1][A.HINT]
                 ch = low.channels.add(
                     id=len(low.channels) + 1,
-                    kind=pb.CHAN_HOST if kind == "host" else pb.CHAN_NCCL,
+                    kind=kind,
                     writer=writer,
                     readers=sorted({g.nodes[dst][A.ACTOR] for dst, _ in mine}),
                     source=pb.NodeRef(node=src, output_index=out),
                     slots=1,
-                    slot_bytes=_slot_bytes(hint),
+                    slot_bytes=_slot_bytes(hint, state.options.limits.slot_bytes),
                     device=mine[0][1][A.DEVICE],
                     reason="; ".join(sorted({d[A.REASON] for _, d in mine})),
                 )
@@ -84,6 +121,11 @@ def build_channels(state: LowerState) -> None:
                 state.channel_of[(src, out, kind)] = ch.id
                 for _, d in mine:
                     d[A.CHANNEL] = ch.id
+                if g.nodes[src][A.KIND] == pb.INPUT and kind == pb.CHAN_HOST:
+                    whole = ch.id
+    for src, dst, key in sorted(extracted):
+        d = g.edges[src, dst, key]
+        d[A.CHANNEL], d[A.REASON] = whole, EXTRACTED
     for src, dst, key in sorted(g.edges(keys=True)):
         d = g.edges[src, dst, key]
         d.setdefault(A.CHANNEL, 0)
@@ -95,12 +137,13 @@ def build_channels(state: LowerState) -> None:
             channel=d[A.CHANNEL],
         )
     for node in graph.nodes:
-        if node.kind in (pb.INPUT, pb.INPUT_ATTR) and (node.id, 0, "host") in state.channel_of:
-            low.input_channels.append(state.channel_of[(node.id, 0, "host")])
+        key = (node.id, 0, pb.CHAN_HOST)
+        if node.kind in (pb.INPUT, pb.INPUT_ATTR) and key in state.channel_of:
+            low.input_channels.append(state.channel_of[key])
         if node.kind == pb.OUTPUT:
             for arg in node.args:
                 low.output_channels.append(
-                    state.channel_of[(arg.ref.node, arg.ref.output_index, "host")]
+                    state.channel_of[(arg.ref.node, arg.ref.output_index, pb.CHAN_HOST)]
                 )
 
 
@@ -116,3 +159,10 @@ def post(state: LowerState) -> None:
         require(ch.writer not in ch.readers or ch.writer == DRIVER, _NAME, f"c{ch.id} reads itself")
     for cid in list(low.input_channels) + list(low.output_channels):
         require(1 <= cid <= len(low.channels), _NAME, f"driver channel {cid} missing")
+    for e in low.edges:
+        require(
+            (e.channel == 0) == (e.transport == pb.LOCAL),
+            _NAME,
+            f"edge %{e.source.node}.{e.source.output_index} -> %{e.target}: a channel iff "
+            "not LOCAL",
+        )

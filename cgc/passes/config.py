@@ -1,38 +1,37 @@
-"""Pass ``config``: ExecConfig defaults (capacity is set by the capacity pass).
+"""Pass ``config``: the plan's ExecConfig (capacity is set by the capacity pass).
 
-Defaults: submit 10 s (a submission waits only for room), get 60 s (LLM steps can be
-long), teardown 10 s, setup 60 s (actor creation + communicators), spin 50 µs before
-sleeping on a channel, 1 MiB initial slots, at most 1000 results buffered by the driver.
+Every unset field takes its value from the one defaults table,
+``cgc.plan_schema.defaults.DEFAULTS`` (which the runtime's ``RunConfig`` reads too), and
+``at_capacity`` comes from ``LowerOptions.at_capacity``.
 """
 
 from __future__ import annotations
 
-from cgc.passes.channels import DEFAULT_SLOT_BYTES
 from cgc.passes.state import LowerState, require
+from cgc.plan_schema.defaults import AT_CAPACITY, DEFAULTS
+from cgc.plan_schema.errors import ConfigError
 
-__all__ = ["fill_config", "pre", "post", "DEFAULTS"]
+__all__ = ["fill_config", "pre", "post"]
 
 _NAME = "config"
-DEFAULTS = {
-    "submit_timeout_s": 10.0,
-    "get_timeout_s": 60.0,
-    "teardown_timeout_s": 10.0,
-    "setup_timeout_s": 60.0,
-    "spin_us": 50,
-    "default_slot_bytes": DEFAULT_SLOT_BYTES,
-    "max_buffered_results": 1000,
-}
 
 
 def fill_config(state: LowerState) -> None:
-    """Fill every unset ExecConfig field with its default.
+    """Fill every unset ExecConfig field with its default and set ``at_capacity``.
 
-    Example: ``plan.config.get_timeout_s == 60.0`` after ``lower``.
+    Example: ``plan.config.get_timeout_s == DEFAULTS["get_timeout_s"]`` after ``lower``.
+
+    Raises:
+        ConfigError: ``LowerOptions.at_capacity`` is neither ``"wait"`` nor ``"raise"``.
     """
     cfg = state.plan.config
     for name, value in DEFAULTS.items():
         if not getattr(cfg, name):
             setattr(cfg, name, value)
+    at_cap = state.options.at_capacity
+    if at_cap not in AT_CAPACITY:
+        raise ConfigError(f"at_capacity must be 'wait' or 'raise', not {at_cap!r}")
+    cfg.at_capacity = AT_CAPACITY[at_cap]
 
 
 def pre(state: LowerState) -> None:

@@ -5,9 +5,10 @@ in its actor's program as it safely can:
 
 * never past another SEND/RECV/COLL of the actor (the per-communicator order, and the
   global order the scheduler placed, stay as they were);
-* never before the last op of this actor that the matching SEND depends on (a vector
-  clock over one execution: program order, WRITE -> READ, rendezvous), since the sender
-  would then wait for an op stuck behind the receive.
+* never before the last op of this actor that the matching SEND depends on, since the
+  sender would then wait for an op stuck behind the receive. The dependencies are the
+  verifier's own: happens-before clocks of one simulated execution
+  (``cgc.verify.observers.vector_clocks``: program order, WRITE -> READ, rendezvous).
 
 The overlapped programs are verified with the same simulator as every plan; if they fail,
 the pass retries with receives that never pass a WRITE (no other actor observes what
@@ -28,82 +29,12 @@ from __future__ import annotations
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.verify import VerifyError, verify_plan
+from cgc.verify.observers import vector_clocks
 
 __all__ = ["overlap", "hoist_recvs", "pre", "post"]
 
 _NAME = "overlap"
 _COMM = (pb.SEND, pb.RECV, pb.COLL)
-
-
-def _vector_clocks(plan: pb.Plan) -> dict[tuple[str, int], dict[str, int]]:
-    """For each (actor, op index): the last op index per actor that it depends on.
-
-    Steps one execution greedily (the plan is already known to be deadlock-free).
-    """
-    progs = {p.actor: list(p.ops) for p in plan.lowered.programs}
-    pc = dict.fromkeys(progs, 0)
-    vc: dict[tuple[str, int], dict[str, int]] = {}
-    written: dict[int, dict[str, int]] = {}
-    members: dict[int, list[str]] = {}
-    coll_of: dict[int, int] = {}
-    for coll in plan.graph.collectives:
-        for n in coll.nodes:
-            members[n] = [plan.graph.nodes[m].actor for m in coll.nodes]
-            coll_of[n] = coll.id
-
-    def before(a: str) -> dict[str, int]:
-        return dict(vc[(a, pc[a] - 1)]) if pc[a] else {}
-
-    def join(*clocks: dict[str, int]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for c in clocks:
-            for k, v in c.items():
-                out[k] = max(out.get(k, -1), v)
-        return out
-
-    def done(a: str, clock: dict[str, int]) -> None:
-        clock[a] = pc[a]
-        vc[(a, pc[a])] = clock
-        pc[a] += 1
-
-    moved = True
-    while moved:
-        moved = False
-        for a in sorted(progs):
-            while pc[a] < len(progs[a]):
-                op = progs[a][pc[a]]
-                if op.kind in (pb.COMPUTE,):
-                    done(a, before(a))
-                elif op.kind == pb.WRITE:
-                    done(a, before(a))
-                    written[op.channel] = vc[(a, pc[a] - 1)]
-                elif op.kind == pb.READ:
-                    ch = plan.lowered.channels[op.channel - 1]
-                    if ch.writer != "@driver" and op.channel not in written:
-                        break
-                    done(a, join(before(a), written.get(op.channel, {})))
-                elif op.kind in (pb.SEND, pb.RECV):
-                    b = op.peer
-                    other = progs[b][pc[b]] if pc[b] < len(progs[b]) else None
-                    want = pb.RECV if op.kind == pb.SEND else pb.SEND
-                    if other is None or other.kind != want or other.channel != op.channel:
-                        break
-                    clock = join(before(a), before(b))
-                    done(a, dict(clock))
-                    done(b, dict(clock))
-                else:
-                    group = members.get(op.task, [a])
-                    heads = [progs[m][pc[m]] if pc[m] < len(progs[m]) else None for m in group]
-                    if any(
-                        h is None or h.kind != pb.COLL or coll_of.get(h.task) != coll_of[op.task]
-                        for h in heads
-                    ):
-                        break
-                    clock = join(*(before(m) for m in group))
-                    for m in group:
-                        done(m, dict(clock))
-                moved = True
-    return vc
 
 
 def hoist_recvs(plan: pb.Plan, *, past_writes: bool = True) -> int:
@@ -112,7 +43,7 @@ def hoist_recvs(plan: pb.Plan, *, past_writes: bool = True) -> int:
     Example: ``b: 1R:c1 1C 1W:c2 4RECV:c3←a#0 4C`` becomes ``b: 4RECV:c3←a#0~ 1R:c1 ...``
     when the SEND on ``a`` does not depend on anything ``b`` does first.
     """
-    vc = _vector_clocks(plan)
+    vc = vector_clocks(plan)
     progs = {p.actor: p for p in plan.lowered.programs}
     send_at: dict[tuple[int, str], tuple[str, int]] = {}
     for p in plan.lowered.programs:
@@ -171,7 +102,7 @@ def overlap(state: LowerState) -> None:
     for past_writes in (True, False):
         hoist_recvs(plan, past_writes=past_writes)
         try:
-            verify_plan(plan, state.options.verify_executions)
+            verify_plan(plan, state.options.verify_executions, limits=state.options.limits)
         except VerifyError:
             plan.lowered.CopyFrom(streamed)
             continue

@@ -21,11 +21,19 @@ first, which serializes 1F1B), the clocks let stage 0 run its next forward while
 is still busy and place the backward's recv when the gradient can actually arrive.
 
 Host READs go right before the first task that needs the channel, WRITEs right after the
-task that produced the value. The simulated makespan of one execution is recorded.
+task that produced the value. SEND/RECV/COLL ops carry their communicator
+(``Op.communicator``, from pass ``communicators``).
+
+The makespan recorded in ``ScheduleInfo`` is not the scheduler's own: the verifier's
+simulator steps one execution of the finished programs in its timed mode
+(``cgc.verify.observers.Timing``), so the plan's figure comes from the same semantics the
+verifier proves. The scheduler's clocks only choose among candidates; the postcondition
+checks that both agree.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from cgc.errors import CompileError
@@ -34,6 +42,7 @@ from cgc.ir.graph import task_order, where
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.verify.observers import timed_makespan
 
 __all__ = ["schedule", "pre", "post", "DEFAULT_COMPUTE_US", "DEFAULT_TRANSFER_US"]
 
@@ -41,6 +50,14 @@ _NAME = "schedule"
 DEFAULT_COMPUTE_US = 100.0
 DEFAULT_TRANSFER_US = 10.0
 DEFAULT_COLLECTIVE_US = 50.0
+
+
+class _Step(enum.Enum):
+    """What one scheduling step places."""
+
+    PAIR = "pair"  # an NCCL SEND with its RECV
+    TASK = "task"  # an actor's next task (reads, compute, writes)
+    COLL = "coll"  # a collective: COLL on every member
 
 
 @dataclass
@@ -88,10 +105,10 @@ class _Sched:
                         kind = self.channels[cid].kind
                         (task.reads if kind == pb.CHAN_HOST else task.recvs).append(cid)
                 for out in range((node.num_returns or 1) if node.kind == pb.CALL else 1):
-                    if (t, out, "host") in state.channel_of:
-                        task.writes.append((state.channel_of[(t, out, "host")], out))
-                    if (t, out, "nccl") in state.channel_of:
-                        task.sends.append((state.channel_of[(t, out, "nccl")], out))
+                    if (t, out, pb.CHAN_HOST) in state.channel_of:
+                        task.writes.append((state.channel_of[(t, out, pb.CHAN_HOST)], out))
+                    if (t, out, pb.CHAN_NCCL) in state.channel_of:
+                        task.sends.append((state.channel_of[(t, out, pb.CHAN_NCCL)], out))
                 self.tasks[t] = task
         self.clock = {a: 0.0 for a in state.tasks}
         self.next = {a: 0 for a in state.tasks}
@@ -143,18 +160,18 @@ class _Sched:
                     start = max(start, at, self.clock[mt.actor])
                 else:
                     cand = (start, 0, self.index[actor], task.node, 0)
-                    best = min(best, (cand, ("coll", task)), key=_key)
+                    best = min(best, (cand, (_Step.COLL, task)), key=_key)
                 continue
             at = self._inputs_at(task)
             if at is not None:
                 cand = (max(at, self.clock[actor]), 1, self.index[actor], task.node, 0)
-                best = min(best, (cand, ("task", task)), key=_key)
+                best = min(best, (cand, (_Step.TASK, task)), key=_key)
         for p in self.pending:
             cid, _out, reader, wtask = p
             writer = self.channels[cid].writer
             start = max(self.clock[writer], self.clock[reader])
             cand = (start, 0, self.index[writer], wtask, self.index[reader])
-            best = min(best, (cand, ("pair", p)), key=_key)
+            best = min(best, (cand, (_Step.PAIR, p)), key=_key)
         return best
 
     # ---- placement
@@ -165,7 +182,9 @@ class _Sched:
         node = self.graph.nodes[task.node]
         if node.kind == pb.COLLECTIVE:
             comm = self.state.coll_comm[node.collective]
-            prog.append(pb.Op(kind=pb.COLL, task=task.node, seq=self.seq.get(comm, 0)))
+            prog.append(
+                pb.Op(kind=pb.COLL, task=task.node, seq=self.seq.get(comm, 0), communicator=comm)
+            )
         else:
             prog.append(pb.Op(kind=pb.COMPUTE, task=task.node))
         end = start + task.cost
@@ -183,12 +202,21 @@ class _Sched:
         ch = self.channels[cid]
         seq = self.seq.get(ch.communicator, 0)
         self.seq[ch.communicator] = seq + 1
+        comm = ch.communicator
         self.programs[ch.writer].append(
-            pb.Op(kind=pb.SEND, task=wtask, channel=cid, output_index=out, peer=reader, seq=seq)
+            pb.Op(
+                kind=pb.SEND,
+                task=wtask,
+                channel=cid,
+                output_index=out,
+                peer=reader,
+                seq=seq,
+                communicator=comm,
+            )
         )
         rtask = self.first_reader[(reader, cid)]
         self.programs[reader].append(
-            pb.Op(kind=pb.RECV, task=rtask, channel=cid, peer=ch.writer, seq=seq)
+            pb.Op(kind=pb.RECV, task=rtask, channel=cid, peer=ch.writer, seq=seq, communicator=comm)
         )
         self.received.add((reader, cid))
         self.clock[ch.writer] = self.clock[reader] = start + self.transfer
@@ -200,9 +228,9 @@ class _Sched:
             if best is None:
                 break
             (start, *_), (what, obj) = best
-            if what == "pair":
+            if what is _Step.PAIR:
                 self._run_pair(obj, start)
-            elif what == "task":
+            elif what is _Step.TASK:
                 self._run_task(obj, start)
             else:
                 node = self.graph.nodes[obj.node]
@@ -217,7 +245,7 @@ class _Sched:
                 "cannot order the tasks: each actor's next task (in bind order) waits for a "
                 "value that comes later on another actor:\n" + "\n".join(lines)
             )
-        self.state.makespan_us = max(self.clock.values(), default=0.0)
+        self.makespan_us = max(self.clock.values(), default=0.0)
 
 
 def _key(item):
@@ -239,6 +267,9 @@ def schedule(state: LowerState) -> None:
     sched.run()
     for actor in state.g.graph[A.GRAPH].actors:
         state.lowered.programs.add(actor=actor.name).ops.extend(sched.programs.get(actor.name, []))
+    task_us = {t: task.cost for t, task in sched.tasks.items()}
+    state.makespan_us = timed_makespan(state.plan, task_us, sched.transfer)
+    state.scratch["schedule.clock_makespan_us"] = sched.makespan_us
     info = state.lowered.schedule
     info.scheduler = "list/cost-aware"
     info.makespan_us = state.makespan_us
@@ -259,3 +290,10 @@ def post(state: LowerState) -> None:
                 seen[op.task] = seen.get(op.task, 0) + 1
     tasks = [n.id for n in graph.nodes if n.kind in (pb.CALL, pb.COLLECTIVE)]
     require(all(seen.get(t) == 1 for t in tasks), _NAME, "a task is not computed exactly once")
+    clocks = state.scratch["schedule.clock_makespan_us"]
+    require(
+        abs(clocks - state.makespan_us) <= 1e-6 * max(1.0, clocks),
+        _NAME,
+        f"the scheduler's clocks ({clocks:g} us) and the simulator's timing "
+        f"({state.makespan_us:g} us) disagree on the makespan",
+    )

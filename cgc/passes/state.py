@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.defaults import LIMITS, Limits
 from cgc.plan_schema.errors import CgcError
 
 __all__ = ["LowerOptions", "LowerState", "Pass", "PassInvariantError", "require"]
@@ -31,8 +32,14 @@ class LowerOptions:
         costs: estimated microseconds per call, keyed ``"actor.method"`` (or ``"method"``
             for every actor), plus ``"transfer"`` for one channel transfer.
         slots: force every channel's ring depth (None = chosen per channel).
-        verify_executions: executions the verifier steps (None = capacity + 2).
-        capacity: force ``config.capacity`` (None = computed from the output slots).
+        verify_executions: executions the verifier steps (None = what decides every
+            number of executions; see ``cgc.verify.simulate``).
+        capacity: force ``config.capacity`` (None = computed from the pipeline depth);
+            Ray's ``_max_inflight_executions``.
+        at_capacity: ``"wait"`` (``execute()`` waits for room, cgc's default) or
+            ``"raise"`` (it raises at once, as Ray Compiled Graph does); written to
+            ``config.at_capacity``.
+        limits: the bounds the plan must keep (``cgc.plan_schema.defaults.LIMITS``).
     """
 
     overlap: bool | None = None
@@ -40,6 +47,8 @@ class LowerOptions:
     slots: int | None = None
     verify_executions: int | None = None
     capacity: int | None = None
+    at_capacity: str = "wait"
+    limits: Limits = LIMITS
 
 
 @dataclass
@@ -51,8 +60,8 @@ class LowerState:
     g: nx.MultiDiGraph | None = None
     # actor -> task ids in bind order
     tasks: dict[str, list[int]] = field(default_factory=dict)
-    # (node, output_index, kind) -> channel id, kind in {"host", "nccl"}
-    channel_of: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    # (node, output_index, pb.ChannelKind) -> channel id
+    channel_of: dict[tuple[int, int, int], int] = field(default_factory=dict)
     # collective id -> communicator id
     coll_comm: dict[int, int] = field(default_factory=dict)
     # pipeline stage of every task (longest path in cross-actor hops)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from cgc.passes.state import LowerState, require
 from cgc.verify import verify_plan
+from cgc.verify.simulate import has_prefetch
 
 __all__ = ["verify", "pre", "post"]
 
@@ -20,7 +21,8 @@ def verify(state: LowerState) -> None:
     Raises:
         cgc.verify.VerifyError: the plan is wrong (a bug in an earlier pass).
     """
-    report = verify_plan(state.plan, state.options.verify_executions)
+    opts = state.options
+    report = verify_plan(state.plan, opts.verify_executions, limits=opts.limits)
     state.lowered.schedule.verified_executions = report.executions
 
 
@@ -29,8 +31,11 @@ def pre(state: LowerState) -> None:
 
 
 def post(state: LowerState) -> None:
+    # Without prefetch ops two executions decide every number of executions (see
+    # cgc.verify.simulate); with them the verifier must step past the capacity.
+    need = state.plan.config.capacity + 1 if has_prefetch(state.plan) else 2
     require(
-        state.lowered.schedule.verified_executions > state.plan.config.capacity
+        state.lowered.schedule.verified_executions >= need
         or state.options.verify_executions is not None,
         _NAME,
         "stepped too few executions",

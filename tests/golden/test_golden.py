@@ -1,4 +1,9 @@
-"""Golden dumps of lowered plans: run with CGC_UPDATE_GOLDEN=1 to rewrite them."""
+"""Golden dumps of lowered plans.
+
+A dump that differs from its file fails, and so does a missing file. To (re)write the
+files after an intended change, run ``CGC_UPDATE_GOLDEN=1 python -m pytest tests/golden``
+and read the diff before committing it.
+"""
 
 from __future__ import annotations
 
@@ -16,17 +21,31 @@ import shapes  # noqa: E402
 from cgc.passes import lower  # noqa: E402
 from cgc.plan_schema.text import format_plan_text, parse_program  # noqa: E402
 
+UPDATE = os.environ.get("CGC_UPDATE_GOLDEN") == "1"
+
+
+def check_golden(path: Path, text: str) -> None:
+    """Compare ``text`` with the golden file (or rewrite it when CGC_UPDATE_GOLDEN=1)."""
+    if UPDATE:
+        path.write_text(text, encoding="utf-8")
+    if not path.exists():
+        pytest.fail(f"golden file {path} is missing; create it with CGC_UPDATE_GOLDEN=1")
+    assert text == path.read_text(encoding="utf-8"), f"dump changed; see {path}"
+
 
 @pytest.mark.parametrize("name", sorted(shapes.ALL))
 def test_golden_dump(name):
     plan = lower(shapes.ALL[name]())
     text = format_plan_text(plan)
-    path = HERE / f"{name}.txt"
-    if os.environ.get("CGC_UPDATE_GOLDEN") or not path.exists():
-        path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8"), f"dump of {name} changed; see {path}"
+    check_golden(HERE / f"{name}.txt", text)
     # every program line in the dump parses back to the plan's program
     lines = [ln.strip() for ln in text.splitlines()]
     start = lines.index("programs:") + 1
-    for prog, line in zip(plan.lowered.programs, lines[start:], strict=False):
+    progs = lines[start : start + len(plan.lowered.programs)]
+    for prog, line in zip(plan.lowered.programs, progs, strict=True):
         assert parse_program(line) == prog
+
+
+def test_every_golden_file_has_a_shape():
+    files = {p.stem for p in HERE.glob("*.txt")}
+    assert files == set(shapes.ALL), "a golden file without a shape (or the reverse)"

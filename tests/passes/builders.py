@@ -36,9 +36,18 @@ class GraphBuilder:
         n.loc.file, n.loc.line = "model.py", 10 + n.id
         return n
 
-    def input(self, index: int) -> int:
+    def _input_node(self) -> int:
         if self._input is None:
             self._input = self._node(pb.INPUT, name="input").id
+        return self._input
+
+    def whole(self) -> int:
+        """The INPUT node itself (a task that takes the whole input)."""
+        self.g.whole_input = True
+        return self._input_node()
+
+    def input(self, index: int) -> int:
+        self._input_node()
         self.g.num_positional = max(self.g.num_positional, index + 1)
         return self._node(pb.INPUT_ATTR, key_kind=pb.INDEX, index=index, name=f"input[{index}]").id
 

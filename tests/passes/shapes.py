@@ -115,10 +115,40 @@ def allreduce() -> pb.Plan:
     return b.plan("allreduce")
 
 
+def whole_input() -> pb.Plan:
+    """a takes the whole input and inp[0] (taken out of it); b takes inp[1] alone."""
+    b = GraphBuilder()
+    b.actor("a")
+    b.actor("b")
+    x = b.whole()
+    i0, i1 = b.input(0), b.input(1)
+    f = b.call("a", "f", x)
+    g = b.call("a", "g", i0, f)
+    h = b.call("b", "h", i1)
+    b.output(g, h)
+    return b.plan("whole_input")
+
+
+def two_communicators() -> pb.Plan:
+    """An NCCL edge w0 -> w1 and an allreduce ranked (w1, w0): two communicators."""
+    b = GraphBuilder()
+    b.actor("w0", gpus=1)
+    b.actor("w1", gpus=1)
+    x = b.input(0)
+    f = b.call("w0", "f", x, hint=pb.NCCL)
+    g = b.call("w1", "g", f)
+    h = b.call("w0", "h", x)
+    r1, r0 = b.allreduce([g, h])
+    b.output(r1, r0)
+    return b.plan("two_communicators")
+
+
 ALL = {
     "chain": chain,
     "two_writer_nccl": two_writer_nccl,
     "two_way_nccl": two_way_nccl,
     "1f1b_2x4": one_f_one_b,
     "allreduce": allreduce,
+    "whole_input": whole_input,
+    "two_communicators": two_communicators,
 }
