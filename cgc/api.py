@@ -1,22 +1,62 @@
 """The compiler's Python API: ``cgc.compile(dag)`` and ``cgc.compile_file(path)``.
 
 Both run the same pipeline as ``cgc compile``: trace the DAG (frontend) → lower it
-(passes: transports, channels, schedule, overlap, capacity) → verify → an in-memory
-``cgc.runtime.Plan`` that can be saved or started.
+(``cgc.passes.PIPELINE``) → verify → an in-memory ``cgc.runtime.Plan`` that can be saved
+or started.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cgc.errors import CompileError
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.errors import ConfigError
 from cgc.plan_schema.values import ValueEncodeError, encode_value
 
 __all__ = ["compile", "compile_file"]
+
+
+def _encode(obj: Any, allow_pickle: bool, path: str) -> tuple[pb.Value, bool]:
+    try:
+        return encode_value(obj, allow_pickle=allow_pickle, path=path)
+    except ValueEncodeError as exc:
+        raise CompileError(str(exc)) from None
+
+
+def _store_examples(
+    proto: pb.Plan,
+    args: tuple[Any, ...] | None,
+    kwargs: Mapping[str, Any] | None,
+    allow_pickle: bool,
+) -> None:
+    """Store one execution's example arguments in the plan (for ``cgc run``)."""
+    if args is None and kwargs is None:
+        return
+    proto.has_example_inputs = True
+    for i, arg in enumerate(args or ()):
+        value, pickled = _encode(arg, allow_pickle, f"example_inputs()[{i}]")
+        proto.example_args.append(value)
+        proto.needs_trust |= pickled
+    for name in sorted(kwargs or {}):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise CompileError(f"example keyword {name!r} is not an identifier")
+        value, pickled = _encode(kwargs[name], allow_pickle, f"example_kwargs()[{name!r}]")
+        proto.example_kwargs.add(name=name).value.CopyFrom(value)
+        proto.needs_trust |= pickled
+
+
+def _capacity(capacity: int | None, max_inflight: int | None) -> int | None:
+    if max_inflight is None:
+        return capacity
+    if capacity is not None and capacity != max_inflight:
+        raise ConfigError(
+            f"capacity={capacity} and _max_inflight_executions={max_inflight} disagree "
+            "(they are the same setting; give one)"
+        )
+    return max_inflight
 
 
 def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
@@ -24,15 +64,25 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     *,
     name: str = "graph",
     example_inputs: tuple[Any, ...] | None = None,
+    example_kwargs: Mapping[str, Any] | None = None,
     allow_pickle: bool = False,
     overlap: bool | None = None,
     costs: Mapping[str, float] | None = None,
+    capacity: int | None = None,
+    at_capacity: str = "wait",
+    _max_inflight_executions: int | None = None,
     _model: Any = None,
 ) -> Any:
     """Compile a DAG into a verified plan in memory.
 
     ``dag`` is the output of a graph built with cgc's builder or with Ray's DAG API (its
     actors may be lazy ``Cls.bind()`` actors or live handles from ``Cls.remote()``).
+
+    ``example_inputs`` / ``example_kwargs``: one execution's positional and keyword
+    arguments, stored for ``cgc run``. ``capacity``: executions in flight (None: from the
+    pipeline depth, at most 8); Ray's ``_max_inflight_executions`` is accepted as its
+    other name. ``at_capacity``: what ``execute()`` does when that many are in flight,
+    ``"wait"`` for room (cgc's default) or ``"raise"`` at once (Ray's behaviour).
 
     Example::
 
@@ -42,7 +92,10 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
 
     Raises:
         CompileError: the graph is invalid (the message names the node, actor, method and
-            source line).
+            source line), an example value cannot be stored, or ``capacity`` is outside
+            ``1..Limits.capacity``.
+        ConfigError: ``at_capacity`` is not ``"wait"``/``"raise"``, or ``capacity`` and
+            ``_max_inflight_executions`` disagree.
         cgc.verify.DeadlockError: the lowered programs could deadlock (a compiler bug).
     """
     from cgc import frontend, passes
@@ -60,18 +113,13 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     if _model is not None:
         proto.source.file = _model.path.name
         proto.source.attr = _model.attr
-    if example_inputs is not None:
-        proto.has_example_inputs = True
-        for i, arg in enumerate(example_inputs):
-            try:
-                value, pickled = encode_value(
-                    arg, allow_pickle=allow_pickle, path=f"example_inputs()[{i}]"
-                )
-            except ValueEncodeError as exc:
-                raise CompileError(str(exc)) from None
-            proto.example_args.append(value)
-            proto.needs_trust |= pickled
-    options = passes.LowerOptions(overlap=overlap, costs=dict(costs or {}))
+    _store_examples(proto, example_inputs, example_kwargs, allow_pickle)
+    options = passes.LowerOptions(
+        overlap=overlap,
+        costs=dict(costs or {}),
+        capacity=_capacity(capacity, _max_inflight_executions),
+        at_capacity=at_capacity,
+    )
     lowered = passes.lower(proto, options)
     return Plan(lowered, live_handles=traced.live_handles, classes=traced.classes)
 
@@ -83,11 +131,14 @@ def compile_file(
     allow_pickle: bool = False,
     overlap: bool | None = None,
     costs: Mapping[str, float] | None = None,
+    capacity: int | None = None,
+    at_capacity: str = "wait",
 ) -> Any:
     """Compile a model file (``build_dag()``, or ``attr``) into a plan in memory.
 
     ``target`` may be ``"model.py"`` or ``"model.py:ATTR"``. The model's
-    ``example_inputs()``, if defined, is stored in the plan for ``cgc run``.
+    ``example_inputs()`` and ``example_kwargs()``, if defined, are stored in the plan for
+    ``cgc run``. ``capacity`` and ``at_capacity`` as in ``compile``.
 
     Example: ``cgc.compile_file("examples/chain.py").save("chain.cgplan")``.
 
@@ -100,17 +151,18 @@ def compile_file(
     path, parsed_attr = mf.split_target(str(target))
     attr = attr or parsed_attr
     # Ray's DAG nodes do not record where they were bound; note it while the model runs.
-    recorder = getattr(frontend, "record_ray_bind_sites", None)
-    with recorder() if recorder is not None else contextlib.nullcontext():
+    with frontend.record_ray_bind_sites():
         model = mf.load_model_file(path, attr)
         output = mf.graph_output(model)
-    inputs = mf.example_inputs(model)
     return compile(
         output,
         name=path.stem,
-        example_inputs=inputs,
+        example_inputs=mf.example_inputs(model),
+        example_kwargs=mf.example_kwargs(model),
         allow_pickle=allow_pickle,
         overlap=overlap,
         costs=costs,
+        capacity=capacity,
+        at_capacity=at_capacity,
         _model=model,
     )

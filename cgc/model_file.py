@@ -2,7 +2,8 @@
 
 A model file is a Python file that builds a DAG. ``cgc compile model.py`` imports it and
 takes the graph from ``build_dag()``; ``model.py:ATTR`` names another function or a DAG
-node. If it defines ``example_inputs()``, that returns one execution's positional arguments.
+node. If it defines ``example_inputs()``, that returns one execution's positional arguments
+(a tuple); ``example_kwargs()``, its keyword arguments (a dict).
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from typing import Any
 
 from cgc.errors import CompileError
 
-__all__ = ["ModelFile", "load_model_file", "split_target", "module_name_for"]
+__all__ = [
+    "ModelFile",
+    "load_model_file",
+    "split_target",
+    "module_name_for",
+    "graph_output",
+    "example_inputs",
+    "example_kwargs",
+]
 
 DEFAULT_ATTR = "build_dag"
 
@@ -140,6 +149,33 @@ def example_inputs(model: ModelFile) -> tuple[Any, ...] | None:
         raise CompileError(
             f"{model.path}: example_inputs() must return a tuple of one execution's positional "
             f"arguments, got {type(value).__name__} (write `return (x,)` for one argument)"
+        )
+    return value
+
+
+def example_kwargs(model: ModelFile) -> dict[str, Any] | None:
+    """The model's ``example_kwargs()`` as a dict, or None when it defines none.
+
+    Example: a model file with ``def example_kwargs(): return {"scale": 3}``.
+
+    Raises:
+        CompileError: it raises, or does not return a dict with identifier keys.
+    """
+    fn = getattr(model.module, "example_kwargs", None)
+    if fn is None:
+        return None
+    try:
+        value = fn()
+    except Exception as exc:
+        raise CompileError(
+            f"{user_frame(exc, model.path)}: example_kwargs() raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and k.isidentifier() for k in value
+    ):
+        raise CompileError(
+            f"{model.path}: example_kwargs() must return a dict of one execution's keyword "
+            f"arguments (names as keys), got {type(value).__name__}"
         )
     return value
 
