@@ -44,6 +44,11 @@ _OP_KINDS = _known(pb.OpKind) - {pb.OP_KIND_UNSPECIFIED}
 _CHANNEL_KINDS = _known(pb.ChannelKind) - {pb.CHANNEL_KIND_UNSPECIFIED}
 _COLLECTIVE_KINDS = _known(pb.CollectiveKind) - {pb.COLLECTIVE_KIND_UNSPECIFIED}
 _INPUT_KEYS = _known(pb.InputKeyKind) - {pb.INPUT_KEY_NONE}
+_TRANSPORTS = _known(pb.Transport)
+_DEVICES = _known(pb.Device)
+_REDUCE_OPS = _known(pb.ReduceOp)
+_AT_CAPACITY = _known(pb.AtCapacity)
+_STREAMS = _known(pb.Stream)
 
 
 def _fail(msg: str) -> None:
@@ -111,8 +116,8 @@ def _check_bounds(plan: pb.Plan, limits: Limits) -> None:
 
 
 def _check_hint(hint: pb.TransportHint, what: str) -> None:
-    _enum(hint.transport, _known(pb.Transport), f"{what} transport hint")
-    _enum(hint.device, _known(pb.Device), f"{what} device hint")
+    _enum(hint.transport, _TRANSPORTS, f"{what} transport hint")
+    _enum(hint.device, _DEVICES, f"{what} device hint")
 
 
 def _check_refs(g: pb.Graph, node: pb.Node, name: str) -> None:
@@ -189,7 +194,7 @@ def _check_graph(plan: pb.Plan) -> None:
         if c.id != i:
             _fail(f"collective at position {i} has id {c.id}")
         _enum(c.kind, _COLLECTIVE_KINDS, f"{what} kind")
-        _enum(c.reduce_op, _known(pb.ReduceOp), f"{what} reduce_op")
+        _enum(c.reduce_op, _REDUCE_OPS, f"{what} reduce_op")
         _check_hint(c.hint, what)
         if len(c.nodes) < 2:
             _fail(f"{what} has {len(c.nodes)} members; a collective needs at least two")
@@ -217,7 +222,7 @@ def _check_channels(plan: pb.Plan) -> None:
         if ch.id != i + 1:
             _fail(f"{name} is at position {i}; channel ids must be 1, 2, ... in order")
         _enum(ch.kind, _CHANNEL_KINDS, f"{name} kind")
-        _enum(ch.device, _known(pb.Device), f"{name} device")
+        _enum(ch.device, _DEVICES, f"{name} device")
         if ch.writer not in ends or not ch.readers or any(r not in ends for r in ch.readers):
             _fail(f"{name}: unknown writer or reader ({ch.writer} -> {list(ch.readers)})")
         if list(ch.readers) != sorted(set(ch.readers)):
@@ -295,7 +300,7 @@ def _check_config(plan: pb.Plan) -> None:
     low, cfg = plan.lowered, plan.config
     if cfg.capacity < 1:
         _fail("ExecConfig.capacity is 0: the plan was not lowered (compile it with cgc)")
-    _enum(cfg.at_capacity, _known(pb.AtCapacity), "ExecConfig.at_capacity")
+    _enum(cfg.at_capacity, _AT_CAPACITY, "ExecConfig.at_capacity")
     for f in ("submit_timeout_s", "get_timeout_s", "teardown_timeout_s", "setup_timeout_s"):
         if math.isnan(getattr(cfg, f)):
             _fail(f"ExecConfig.{f} is NaN")
@@ -317,7 +322,7 @@ def _check_edges(plan: pb.Plan) -> None:
             _fail(f"{what} names a node that does not exist")
         if e.source.output_index >= _outputs(g.nodes[e.source.node]):
             _fail(f"{what} names an output its source does not have")
-        _enum(e.transport, _known(pb.Transport), f"{what} transport")
+        _enum(e.transport, _TRANSPORTS, f"{what} transport")
         key = (e.source.node, e.source.output_index, e.target)
         if key in seen:
             _fail(f"{what} is listed twice")
@@ -338,15 +343,30 @@ def _check_edges(plan: pb.Plan) -> None:
 # ---------------------------------------------------------------- 4. programs
 
 
-def _tok(actor: str, op: pb.Op) -> str:
-    return f"{actor}:{format_op(op)}"
+class _Tok:
+    """``actor:token`` of an op, formatted only when a message needs it (hot path)."""
+
+    __slots__ = ("actor", "op")
+
+    def __init__(self, actor: str, op: pb.Op) -> None:
+        self.actor, self.op = actor, op
+
+    def __format__(self, spec: str) -> str:
+        return f"{self.actor}:{format_op(self.op)}"
+
+
+_tok = _Tok
 
 
 def _check_op(plan: pb.Plan, actor: str, op: pb.Op) -> None:
     g, low = plan.graph, plan.lowered
     _enum(op.kind, _OP_KINDS, f"an op of actor {actor}")
-    _enum(op.stream, _known(pb.Stream), f"op {actor}:{format_op(op)} stream")
     tok = _tok(actor, op)
+    if op.stream not in _STREAMS:
+        _fail(
+            f"op {tok} stream has the unknown value {op.stream} (a plan from a newer cgc, "
+            "or corrupted)"
+        )
     if op.exec_offset > 1:
         _fail(f"op {tok} has exec_offset {op.exec_offset}; only 0 and 1 exist")
     if op.task >= len(g.nodes) or g.nodes[op.task].kind not in _TASKS:
