@@ -40,10 +40,10 @@ def _store_examples(
         value, pickled = _encode(arg, allow_pickle, f"example_inputs()[{i}]")
         proto.example_args.append(value)
         proto.needs_trust |= pickled
-    for name in sorted(kwargs or {}):
+    for name, obj in sorted((kwargs or {}).items()):
         if not isinstance(name, str) or not name.isidentifier():
             raise CompileError(f"example keyword {name!r} is not an identifier")
-        value, pickled = _encode(kwargs[name], allow_pickle, f"example_kwargs()[{name!r}]")
+        value, pickled = _encode(obj, allow_pickle, f"example_kwargs()[{name!r}]")
         proto.example_kwargs.add(name=name).value.CopyFrom(value)
         proto.needs_trust |= pickled
 

@@ -238,9 +238,10 @@ class _Sched:
                 for m in self.graph.collectives[node.collective].nodes:
                     self._run_task(self.tasks[m], start)
                 self.seq[comm] = self.seq.get(comm, 0) + 1
-        stuck = [a for a in self.clock if self._head(a) is not None]
+        heads = {a: self._head(a) for a in self.clock}
+        stuck = {a: t for a, t in heads.items() if t is not None}
         if stuck:
-            lines = [f"  {a}: next task {where(self.graph, self._head(a).node)}" for a in stuck]
+            lines = [f"  {a}: next task {where(self.graph, t.node)}" for a, t in stuck.items()]
             raise CompileError(
                 "cannot order the tasks: each actor's next task (in bind order) waits for a "
                 "value that comes later on another actor:\n" + "\n".join(lines)

@@ -57,7 +57,8 @@ class LowerState:
 
     plan: pb.Plan
     options: LowerOptions
-    g: nx.MultiDiGraph | None = None
+    # the working graph (cgc.ir.attrs); lower() builds it from plan.graph before any pass
+    g: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph)
     # actor -> task ids in bind order
     tasks: dict[str, list[int]] = field(default_factory=dict)
     # (node, output_index, pb.ChannelKind) -> channel id

@@ -97,7 +97,7 @@ def assign_transports(state: LowerState) -> None:
 
 
 def pre(state: LowerState) -> None:
-    require(state.g is not None, _NAME, "no working graph")
+    require(state.g.number_of_nodes() == len(state.plan.graph.nodes), _NAME, "no working graph")
 
 
 def post(state: LowerState) -> None:

@@ -207,7 +207,7 @@ class _Sim:
 
     def _advance(self, *procs: _Proc) -> bool:
         if self.observer is not None:
-            moved = tuple(Moved(q.name, q.pc, q.head[0], q.head[1]) for q in procs)
+            moved = tuple(Moved(q.name, q.pc, *q.head) for q in procs if q.head is not None)
             self.observer.step(moved)
         for q in procs:
             q.advance()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import NoReturn
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
@@ -51,7 +52,7 @@ _AT_CAPACITY = _known(pb.AtCapacity)
 _STREAMS = _known(pb.Stream)
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     raise PlanStructureError(f"invalid plan: {msg}")
 
 
@@ -576,7 +577,10 @@ def _check_seqs(plan: pb.Plan) -> None:
                 f"members of collective {coll.id} have different seqs or communicators "
                 f"{sorted(map(str, seqs))}"
             )
-        seq, comm = seqs.pop()
+        pair = seqs.pop()
+        if pair is None:
+            _fail(f"collective {coll.id} has a member without its COLL op")
+        seq, comm = pair
         key = (comm, seq)
         if key in used:
             _fail(
