@@ -18,7 +18,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.actors import user_object
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
-from cgc.runtime.executor import LOOPS, LOOPS_LOCK, ActorLoop
+from cgc.runtime.executor import LOOPS, LOOPS_LOCK, ActorLoop, LoopOptions
 
 __all__ = ["setup_probe", "setup_writers", "setup_start", "wait_loop", "stop_loop",
            "where_blocked"]
@@ -26,7 +26,8 @@ __all__ = ["setup_probe", "setup_writers", "setup_start", "wait_loop", "stop_loo
 # Called as actor.__ray_call__.remote(fn, ...): ``self`` is the actor instance.
 
 
-def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str, opts: dict) -> dict:
+def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str,
+                opts: LoopOptions) -> dict:
     """Build this actor's loop for graph ``gid``; return where the actor runs."""
     import os
 
