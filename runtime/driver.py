@@ -107,6 +107,7 @@ class CompiledGraph:
         self.actors: dict[str, Any] = {}
         self.created: set[str] = set()
         self.channel_bindings: dict[int, str] = {}
+        self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
         self.monitor: Any = None
         self.endpoints = DriverEndpoints(plan.proto)
         g = plan.proto.graph
@@ -119,6 +120,9 @@ class CompiledGraph:
         self._multi = any(n.multi_output for n in g.nodes if n.kind == pb.OUTPUT)
         self._nrefs = len(self.endpoints.out_index) if self._multi else 1
         self._raise_at_capacity = config.at_capacity == "raise"
+        # (what, execution, t0, t1) of submits and output reads when tracing, else None.
+        self.trace_events: list[tuple[str, int, int, int]] | None = (
+            [] if config.trace else None)
         self._submit_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._room = threading.Condition(self._read_lock)
@@ -236,6 +240,7 @@ class CompiledGraph:
             if self._submitted - min(ends.positions) >= self.config.capacity:
                 self._make_room()
             timeout = self.config.submit_timeout
+            t0 = time.monotonic_ns() if self.trace_events is not None else 0
             try:
                 ends.write_inputs(args, kwargs, timeout)
             except ChannelTimeoutError:
@@ -251,6 +256,8 @@ class CompiledGraph:
                 raise self._down_error() from exc.cause
             e = self._submitted
             self._submitted = e + 1
+            if t0:
+                self.trace_events.append(("submit", e, t0, time.monotonic_ns()))  # type: ignore[union-attr]
         if self._multi:
             return [Ref(self, e, i) for i in range(self._nrefs)]
         return Ref(self, e, 0)
@@ -339,10 +346,14 @@ class CompiledGraph:
         ends = self.endpoints
         e = ends.positions[k]
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        t0 = time.monotonic_ns() if self.trace_events is not None else 0
         try:
             value = ends.read(k, left)
         except ChannelClosedError:
             raise self._down_error() from None
+        if t0:
+            self.trace_events.append(  # type: ignore[union-attr]
+                (f"read c{ends.out_channels[k]}", e, t0, time.monotonic_ns()))
         rec = self._recs.get(e)
         if rec is None:
             rec = self._recs[e] = _Exec(len(ends.readers), self._nrefs)

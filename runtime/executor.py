@@ -38,10 +38,13 @@ from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
-__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK"]
+__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "TRACES"]
 
 LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
 LOOPS_LOCK = threading.Lock()
+# graph id -> (prologue, loop) recorders of a traced loop; kept after the loop exits so the
+# driver collects complete traces at teardown (cgc.runtime.actor_calls.collect_trace).
+TRACES: dict[str, tuple[Any, Any]] = {}
 _REDUCE = {pb.SUM: "sum", pb.PRODUCT: "product", pb.MAX: "max", pb.MIN: "min", pb.AVG: "avg"}
 
 
@@ -54,12 +57,14 @@ class LoopOptions:
         spin_us: busy-wait before a channel wait sleeps.
         slot_bytes: initial slot size for channels whose plan entry names none.
         comm_backends: communicator id -> the backend it was bound to ("cpu", "nccl", ...).
+        trace: record a time slice per op (``cgc.runtime.trace``).
     """
 
     prefix: str
     spin_us: float = 0.0
     slot_bytes: int = 0
     comm_backends: dict[int, str] = field(default_factory=dict)
+    trace: bool = False
 
 
 class ActorLoop:
@@ -331,6 +336,16 @@ class ActorLoop:
     def start(self) -> None:
         prologue = self._compile(self.program.prologue, True)
         ops = self._compile(self.program.ops, False)
+        if self.opts.trace:
+            from cgc.runtime.trace import Recorder, traced
+
+            pro_rec, ops_rec = Recorder(), Recorder()
+            with LOOPS_LOCK:
+                TRACES[self.gid] = (pro_rec, ops_rec)
+            offs = [o.exec_offset for o in self.program.ops]
+            prologue = [traced(op, i, lambda: 0, pro_rec) for i, op in enumerate(prologue)]
+            ops = [traced(op, i, lambda off=offs[i]: self.exec + off, ops_rec)
+                   for i, op in enumerate(ops)]
         prefetch = any(o.exec_offset for o in self.program.ops)
         self.thread = threading.Thread(target=self._run, args=(prologue, ops, prefetch),
                                        name=f"cgc-loop-{self.actor}-{self.gid}", daemon=True)

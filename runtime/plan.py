@@ -80,6 +80,7 @@ class Plan:
         max_buffered_results: int | None = None,
         spin_us: float | None = None,
         host_transport: str | None = None,
+        trace: str | os.PathLike[str] | None = None,
     ) -> CompiledGraph:
         """Verify the plan, start it on Ray and return the running graph.
 
@@ -90,7 +91,8 @@ class Plan:
         between GPUs, else the CPU communicator), ``"cpu"`` or ``"nccl"``; ``capacity``
         lowers the executions in flight (never above the plan's); ``at_capacity``
         ``"wait"`` or ``"raise"``; ``host_transport`` ``"auto"``, ``"shm"`` or ``"tcp"``
-        (TCP everywhere, to exercise the cross-node path on one machine).
+        (TCP everywhere, to exercise the cross-node path on one machine); ``trace``: a file
+        that teardown writes a Chrome/Perfetto trace of the run to (``cgc.runtime.trace``).
 
         Example::
 
@@ -119,6 +121,7 @@ class Plan:
             max_buffered_results=max_buffered_results,
             spin_us=spin_us,
             host_transport=host_transport,
+            trace=None if trace is None else os.fspath(trace),
         )
 
 

@@ -141,13 +141,14 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     low = proto.lowered
     backends = comm_backends(proto, info.drop_gpus)
     opts = LoopOptions(prefix=graph.prefix, spin_us=cfg.spin_us, slot_bytes=cfg.slot_bytes,
-                       comm_backends=backends)
+                       comm_backends=backends, trace=bool(cfg.trace))
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n
                       for n, h in handles.items()}, deadline, "starting the actors")
     node = {n: p["node"] for n, p in probes.items()}
     node[DRIVER] = info.driver_node
+    graph.actor_nodes = node
     tcp = _tcp_channels(low, node, cfg.host_transport)
     graph.channel_bindings = {
         ch.id: ("tcp" if ch.id in tcp else "shm") for ch in low.channels if ch.kind == pb.CHAN_HOST

@@ -72,6 +72,8 @@ def _stop_everything(g: Any) -> None:
         _wait_loops(g, waits)
     if g.monitor is not None:
         g.monitor.stop()
+    if ray_up and g.config.trace:
+        _write_trace(g, live)
     g.close_endpoints()
     if ray_up:
         for name in g.created:
@@ -79,6 +81,41 @@ def _stop_everything(g: Any) -> None:
                 ray.kill(g.actors[name], no_restart=True)
             except (Exception, SystemExit):  # noqa: BLE001 - already dead, or Ray is gone
                 pass
+
+
+def _write_trace(g: Any, live: dict[str, Any]) -> None:
+    """Collect every live actor's recorded slices and write the graph's trace file."""
+    import time
+
+    import ray
+
+    from cgc.plan_schema import DRIVER
+    from cgc.runtime.actor_calls import collect_trace
+    from cgc.runtime.trace import write_chrome_trace
+
+    t0 = time.monotonic_ns()
+    refs = {h.__ray_call__.remote(collect_trace, g.gid): n for n, h in live.items()}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
+    mid = (t0 + time.monotonic_ns()) // 2
+    actors = []
+    for r in ready:
+        try:
+            got = ray.get(r)
+        except Exception:  # noqa: BLE001 - an actor that died has no trace to give
+            continue
+        if got is None:
+            continue
+        name = refs[r]
+        same_node = g.actor_nodes.get(name) == g.actor_nodes.get(DRIVER)
+        got["offset_ns"] = 0 if same_node else mid - got["clock_ns"]
+        actors.append({"actor": name, **got})
+    order = {a.name: i for i, a in enumerate(g.plan.proto.graph.actors)}
+    actors.sort(key=lambda a: order[a["actor"]])
+    try:
+        n = write_chrome_trace(g.config.trace, g.plan.proto, actors, g.trace_events or [])
+        log.info("cgc: wrote %d slices to %s", n, g.config.trace)
+    except OSError as exc:
+        log.warning("cgc: cannot write the trace to %s: %s", g.config.trace, exc)
 
 
 def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
