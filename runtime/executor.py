@@ -21,6 +21,7 @@ output; a task with an ``ErrorValue`` input skips its call and forwards it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ class LoopOptions:
         slot_bytes: initial slot size for channels whose plan entry names none.
         comm_backends: communicator id -> the backend it was bound to ("cpu", "nccl", ...).
         trace: record a time slice per op (``cgc.runtime.trace``).
+        torch_profile: directory for a torch profiler trace of the loop ("" = off).
+        nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
     """
 
     prefix: str
@@ -65,6 +68,8 @@ class LoopOptions:
     slot_bytes: int = 0
     comm_backends: dict[int, str] = field(default_factory=dict)
     trace: bool = False
+    torch_profile: str = ""
+    nvtx: bool = False
 
 
 class ActorLoop:
@@ -346,6 +351,14 @@ class ActorLoop:
             prologue = [traced(op, i, lambda: 0, pro_rec) for i, op in enumerate(prologue)]
             ops = [traced(op, i, lambda off=offs[i]: self.exec + off, ops_rec)
                    for i, op in enumerate(ops)]
+        if self.opts.nvtx:
+            from cgc.runtime.profiling import nvtx_wrap, require_nvtx
+
+            nv = require_nvtx()
+            prologue = [nvtx_wrap(op, op_text(o, self.plan), nv)
+                        for op, o in zip(prologue, self.program.prologue, strict=True)]
+            ops = [nvtx_wrap(op, op_text(o, self.plan), nv)
+                   for op, o in zip(ops, self.program.ops, strict=True)]
         prefetch = any(o.exec_offset for o in self.program.ops)
         self.thread = threading.Thread(target=self._run, args=(prologue, ops, prefetch),
                                        name=f"cgc-loop-{self.actor}-{self.gid}", daemon=True)
@@ -353,19 +366,14 @@ class ActorLoop:
 
     def _run(self, prologue: list[Any], ops: list[Any], prefetch: bool) -> None:
         tabs = self.tabs
+        profiler: Any = contextlib.nullcontext()
+        if self.opts.torch_profile:
+            from cgc.runtime.profiling import torch_profile
+
+            profiler = torch_profile(self.opts.torch_profile, self.plan.name, self.actor)
         try:
-            for self.pc, op in enumerate(prologue):
-                op()
-            self.in_prologue = False
-            while True:
-                for self.pc, op in enumerate(ops):
-                    op()
-                self.exec += 1
-                if prefetch:
-                    tabs[0] = tabs[1]
-                    tabs[1] = {}
-                else:
-                    tabs[0].clear()
+            with profiler:
+                self._replay(prologue, ops, prefetch)
         except ChannelClosedError:
             pass  # teardown or a poisoned peer: the normal way out
         except BaseException:  # noqa: BLE001 - an executor bug: report it, wake the others
@@ -380,6 +388,22 @@ class ActorLoop:
             self.exited.set()
             with LOOPS_LOCK:
                 LOOPS.pop(self.gid, None)
+
+    def _replay(self, prologue: list[Any], ops: list[Any], prefetch: bool) -> None:
+        """The prologue once, then the ops once per execution until a channel closes."""
+        tabs = self.tabs
+        for self.pc, op in enumerate(prologue):
+            op()
+        self.in_prologue = False
+        while True:
+            for self.pc, op in enumerate(ops):
+                op()
+            self.exec += 1
+            if prefetch:
+                tabs[0] = tabs[1]
+                tabs[1] = {}
+            else:
+                tabs[0].clear()
 
     def poison(self) -> None:
         """Wake every blocked op of this loop (they raise ChannelClosedError)."""

@@ -81,6 +81,8 @@ class Plan:
         spin_us: float | None = None,
         host_transport: str | None = None,
         trace: str | os.PathLike[str] | None = None,
+        torch_profile: str | os.PathLike[str] | None = None,
+        nvtx: bool | None = None,
     ) -> CompiledGraph:
         """Verify the plan, start it on Ray and return the running graph.
 
@@ -92,7 +94,9 @@ class Plan:
         lowers the executions in flight (never above the plan's); ``at_capacity``
         ``"wait"`` or ``"raise"``; ``host_transport`` ``"auto"``, ``"shm"`` or ``"tcp"``
         (TCP everywhere, to exercise the cross-node path on one machine); ``trace``: a file
-        that teardown writes a Chrome/Perfetto trace of the run to (``cgc.runtime.trace``).
+        that teardown writes a Chrome/Perfetto trace of the run to (``cgc.runtime.trace``);
+        ``torch_profile``: a directory for one torch profiler trace per actor; ``nvtx``:
+        NVTX ranges around every op (``cgc.runtime.profiling``).
 
         Example::
 
@@ -122,6 +126,8 @@ class Plan:
             spin_us=spin_us,
             host_transport=host_transport,
             trace=None if trace is None else os.fspath(trace),
+            torch_profile=None if torch_profile is None else os.fspath(torch_profile),
+            nvtx=nvtx,
         )
 
 

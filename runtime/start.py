@@ -34,6 +34,7 @@ from cgc.runtime.driver import CompiledGraph
 from cgc.runtime.driver_io import input_picker
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import CgcError, SetupError
+from cgc.runtime.profiling import check_profiler_options
 from cgc.runtime.wire import PING, Ping
 
 __all__ = ["start_graph", "comm_backends"]
@@ -106,6 +107,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     # input from a stranger until proven otherwise.
     verify_plan(proto)
     cfg = RunConfig.from_plan(proto.config, **overrides)
+    check_profiler_options(cfg.torch_profile, cfg.nvtx)
     # Results may be instances of classes from the model file: make it importable here.
     register(plan_modules(proto))
     info = ensure_ray(proto, address, cfg.communicator)
@@ -141,7 +143,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     low = proto.lowered
     backends = comm_backends(proto, info.drop_gpus)
     opts = LoopOptions(prefix=graph.prefix, spin_us=cfg.spin_us, slot_bytes=cfg.slot_bytes,
-                       comm_backends=backends, trace=bool(cfg.trace))
+                       comm_backends=backends, trace=bool(cfg.trace),
+                       torch_profile=cfg.torch_profile, nvtx=cfg.nvtx)
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n

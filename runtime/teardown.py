@@ -133,8 +133,9 @@ def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
         return
     deadline = time.monotonic() + g.teardown_timeout
     try:
-        _, pending = ray.wait(list(waits), num_returns=len(waits),
-                              timeout=min(g.teardown_timeout, 2.0))
+        # A loop under the torch profiler writes its trace as it exits: give it the time.
+        first = g.teardown_timeout if g.config.torch_profile else min(g.teardown_timeout, 2.0)
+        _, pending = ray.wait(list(waits), num_returns=len(waits), timeout=first)
         external = [r for r in pending if waits[r] not in g.created]
         if external:
             _, pending = ray.wait(external, num_returns=len(external),

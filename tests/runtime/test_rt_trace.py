@@ -46,3 +46,23 @@ def test_untraced_runs_write_nothing_and_record_nothing(ray_cluster, tmp_path):
         assert g.execute(1).get() == 1
         assert g.trace_events is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_torch_profile_writes_one_trace_per_actor(ray_cluster, tmp_path):
+    out = tmp_path / "prof"
+    with G.multi_plan().start(torch_profile=out, get_timeout=60) as g:
+        for i in range(2):
+            assert [r.get() for r in g.execute(i)] == [i, 2 * i + 100]
+    files = sorted(p.name for p in out.iterdir())
+    assert [f.split("-")[:2] for f in files] == [["t_multi", "worker0"], ["t_multi", "worker1"]]
+    for f in out.iterdir():
+        assert "traceEvents" in json.loads(f.read_text())
+
+
+def test_profilers_that_cannot_be_combined_are_refused(ray_cluster, tmp_path):
+    import pytest
+
+    from cgc.plan_schema.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        G.echo_plan().start(torch_profile=tmp_path, nvtx=True)
