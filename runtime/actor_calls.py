@@ -103,11 +103,13 @@ def stop_loop(self: Any, gid: str) -> bool:
     return True
 
 
-def where_blocked(self: Any, gid: str) -> str:
-    """One line: which op the loop of ``gid`` is at (for timeout messages)."""
+def where_blocked(self: Any, gid: str) -> dict[str, Any]:
+    """Which op the loop of ``gid`` is at, as ``ActorLoop.where`` reports it."""
     with LOOPS_LOCK:
         loop = LOOPS.get(gid)
-    return loop.where() if loop is not None else "no loop"
+    if loop is None:
+        return {"actor": "", "execution": -1, "op": "", "token": "", "waiting": "no loop"}
+    return loop.where()
 
 
 def collect_trace(self: Any, gid: str) -> dict | None:

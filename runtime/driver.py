@@ -53,6 +53,7 @@ from cgc.runtime.errors import (
     InputMismatchError,
     ResultBufferFullError,
     SubmitTimeoutError,
+    format_blocked,
     to_exception,
 )
 from cgc.runtime.refs import Ref
@@ -419,13 +420,16 @@ class CompiledGraph:
         return await loop.run_in_executor(self._executor(), ref.get)
 
     def _timeout_error(self, e: int, timeout: float | None) -> GetTimeoutError:
-        where = self.where_blocked()
-        return GetTimeoutError(
+        rows = self.where_blocked()
+        err = GetTimeoutError(
             f"graph {self.name!r}: execution {e} not ready after {timeout} s (get timeout)"
-            + (";\n  " + "\n  ".join(where) if where else ""))
+            + (";\n" + format_blocked(rows) if rows else ""))
+        err.blocked = rows
+        return err
 
-    def where_blocked(self) -> list[str]:
-        """One line per live actor: which op its loop is at (empty if unknown)."""
+    def where_blocked(self) -> list[dict[str, Any]]:
+        """Where each actor's loop is: rows ``{"actor", "execution", "op", "token",
+        "waiting"}`` (empty when unknown)."""
         if self.monitor is None:
             return []
         try:

@@ -437,22 +437,33 @@ class ActorLoop:
                 pass
         self.writers, self.readers, self.comms = {}, {}, {}
 
-    def where(self) -> str:
+    def where(self) -> dict[str, Any]:
+        """Where the loop is: ``{"actor", "execution", "op", "token", "waiting"}``."""
         ops = self.program.prologue if self.in_prologue else self.program.ops
+        row: dict[str, Any] = {"actor": self.actor, "execution": self.exec, "op": "",
+                               "token": "", "waiting": ""}
         if self.exited.is_set():
-            return f"{self.actor}: loop exited"
+            return {**row, "waiting": "loop exited"}
         if not 0 <= self.pc < len(ops):
-            return f"{self.actor}: starting (execution {self.exec})"
-        part = "prologue" if self.in_prologue else f"execution {self.exec}"
+            return {**row, "waiting": "starting"}
         op = ops[self.pc]
         low = self.plan.lowered
-        if op.kind in (pb.READ, pb.RECV):
-            doing = f"waiting for channel {op.channel} from {low.channels[op.channel - 1].writer}"
-        elif op.kind in (pb.WRITE, pb.SEND):
+        row["execution"] = self.exec + (op.exec_offset if not self.in_prologue else 0)
+        row["op"] = f"{'prologue ' if self.in_prologue else ''}{self.pc}"
+        row["token"] = op_text(op, self.plan)
+        if op.kind == pb.READ:
+            doing = f"a value on channel c{op.channel} from {low.channels[op.channel - 1].writer}"
+        elif op.kind == pb.WRITE:
             readers = ", ".join(low.channels[op.channel - 1].readers)
-            doing = f"waiting to put channel {op.channel} to {readers}"
+            doing = f"room on channel c{op.channel} (readers {readers})"
+        elif op.kind in (pb.SEND, pb.RECV):
+            ch = low.channels[op.channel - 1]
+            side = "to" if op.kind == pb.SEND else "from"
+            doing = (f"rendezvous {side} {op.peer} on communicator {ch.communicator} "
+                     f"(c{op.channel}, seq {op.seq})")
         elif op.kind == pb.COMPUTE:
-            doing = "running the method"
+            doing = f"the method {self.plan.graph.nodes[op.task].method} to return"
         else:
-            doing = "in the collective"
-        return f"{self.actor}: {part}, op {self.pc} {op_text(op, self.plan)}: {doing}"
+            doing = f"the other members of the collective (seq {op.seq})"
+        row["waiting"] = doing
+        return row

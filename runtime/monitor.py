@@ -107,8 +107,11 @@ class Monitor:
         return (2, GraphFailedError,
                 f"graph {g.name!r}: actor {name}'s loop stopped (a peer failed)", {})
 
-    def where_blocked(self, timeout: float = 1.0) -> list[str]:
-        """Ask each live actor which op its loop is at (one line each; for timeouts)."""
+    def where_blocked(self, timeout: float = 1.0) -> list[dict[str, Any]]:
+        """Ask each live actor which op its loop is at (for timeout reports).
+
+        One row per actor: ``{"actor", "execution", "op", "token", "waiting"}``.
+        """
         import ray
 
         from cgc.runtime.actor_calls import where_blocked
@@ -119,11 +122,16 @@ class Monitor:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         out = []
         for n, r in zip(names, refs, strict=True):
+            row = {"actor": n, "execution": -1, "op": "", "token": "", "waiting": ""}
             if r in ready:
                 try:
-                    out.append(ray.get(r))
+                    row.update({k: v for k, v in ray.get(r).items() if v != ""})
+                    row["actor"] = n
                 except Exception as exc:  # noqa: BLE001
-                    out.append(f"{n}: unknown ({type(exc).__name__})")
+                    row["waiting"] = f"unknown ({type(exc).__name__})"
             else:
-                out.append(f"{n}: not answering (busy in a method call?)")
+                row["waiting"] = "not answering (busy in a method call?)"
+            out.append(row)
+        for n in sorted(g.dead_actors):
+            out.append({"actor": n, "execution": -1, "op": "", "token": "", "waiting": "dead"})
         return out

@@ -39,13 +39,17 @@ def test_sigkill_at_every_position_of_a_chain(ray_cluster, leaves_nothing, posit
 
 def test_method_that_never_returns_times_out_with_a_hang_report(ray_cluster, leaves_nothing):
     g = F.hang().start()
-    pids = _pids(g)
-    ref = g.execute(1)
-    with pytest.raises(GetTimeoutError) as info:
-        ref.get(timeout=1.0)
-    report = str(info.value)
-    assert "stage" in report and "running the method" in report and "forever" in report
-    g.teardown()
+    try:
+        pids = _pids(g)
+        ref = g.execute(1)
+        with pytest.raises(GetTimeoutError) as info:
+            ref.get(timeout=1.0)
+        report = str(info.value)
+        assert "stage.forever#0" in report and "the method forever to return" in report
+        [row] = info.value.blocked
+        assert (row["actor"], row["execution"], row["op"]) == ("stage", 0, "1")
+    finally:
+        g.teardown()
     leaves_nothing(g, pids)
 
 
