@@ -203,7 +203,7 @@ def read_plan_bytes(data: bytes, source: str = "<bytes>", *, trust: bool = True)
 
         decision = decide(pf, trust=False)
         if not decision.allowed:
-            raise untrusted_error(decision, source, pf.plan.name or pf.header.name)
+            raise untrusted_error(decision, pf.plan.name or pf.header.name, source)
     return pf.plan
 
 

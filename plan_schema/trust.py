@@ -299,10 +299,11 @@ def _signer_line(pf: PlanFile, keyring: Keyring | None) -> tuple[str, bool]:
 def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None) -> TrustDecision:
     """Decide whether the plan in ``pf`` may run here.
 
-    Order: a signature that does not verify refuses (unless ``trust``); nothing that needs
-    trust allows (``plain``); a valid signature by a trusted key allows (``signed``);
-    ``trust`` allows (``trust-flag``); otherwise refused. ``keyring`` defaults to the
-    user's (read only when the plan is signed).
+    Order: a signature that does not verify refuses (unless ``trust``); a valid signature
+    by a trusted key allows (``signed``); ``trust`` allows (``trust-flag``); content with
+    nothing that needs trust allows (``plain``: ``Plan.start()`` then also checks its
+    classes are marked actors); otherwise refused. ``keyring`` defaults to the user's
+    (read only when the plan is signed).
 
     Example: ``decide(open_plan_bytes(data), trust=False).allowed``.
 
@@ -318,32 +319,44 @@ def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None) -> Trus
     bad_sig = bool(pf.header.signature) and not pf.signature_valid
     if bad_sig:
         basis = TRUST_FLAG if trust else REFUSED
-    elif not needs.needs_trust:
-        basis = PLAIN
     elif trusted_sig:
         basis = SIGNED
     elif trust:
         basis = TRUST_FLAG
+    elif not needs.needs_trust:
+        basis = PLAIN
     else:
         basis = REFUSED
     return TrustDecision(needs=needs, allowed=basis != REFUSED, basis=basis, signer=signer)
 
 
-def refusal_text(decision: TrustDecision, source: str, name: str) -> str:
-    """The message of a refused plan: why, and exactly what would run."""
-    lines = [f"{source}: plan {name!r} is not trusted here: {decision.signer}."]
+def refusal_text(decision: TrustDecision, name: str, path: str | None = None) -> str:
+    """The message of a refused plan: why, exactly what would run, and how to proceed.
+
+    ``path`` is the plan file, when there is one (the hints then name it).
+    """
+    where = f"{path}: plan {name!r}" if path else f"plan {name!r}"
+    lines = [f"{where} is not trusted here: {decision.signer}."]
     if decision.needs.needs_trust:
         lines.append("starting it would run or reach:")
         lines.extend(f"  {line}" for line in decision.needs.lines())
-    lines.append(
-        f"run it only if you trust where it came from: `cgc run --trust {source}` or "
-        f"cgc.load({source!r}, trust=True); `cgc inspect --code {source}` prints the "
-        "embedded source; `cgc keys add KEYFILE` trusts a colleague's key")
+    if path:
+        lines.append(
+            f"run it only if you trust where it came from: `cgc run --trust {path}` or "
+            f"cgc.load({path!r}, trust=True); `cgc inspect --code {path}` prints the "
+            "embedded source; `cgc keys add KEYFILE` trusts a colleague's key")
+    else:
+        lines.append("start it only if you trust where it came from: load it with "
+                     "cgc.load(path, trust=True), or sign it with a key you trust")
     return "\n".join(lines)
 
 
-def untrusted_error(decision: TrustDecision, source: str, name: str) -> UntrustedPlanError:
-    """The ``UntrustedPlanError`` for a refused decision (``.decision`` holds it)."""
-    err = UntrustedPlanError(refusal_text(decision, source, name))
+def untrusted_error(decision: TrustDecision, name: str,
+                    path: str | None = None) -> UntrustedPlanError:
+    """The ``UntrustedPlanError`` for a refused decision (``.decision`` holds it).
+
+    Example: ``raise untrusted_error(decision, "chain", "chain.cgplan")``.
+    """
+    err = UntrustedPlanError(refusal_text(decision, name, path))
     err.decision = decision  # type: ignore[attr-defined]
     return err

@@ -160,7 +160,7 @@ def load(path: str | os.PathLike[str], *, trust: bool = False) -> Plan:
     pf = open_plan(path)
     decision = decide(pf, trust=trust)
     if not decision.allowed:
-        raise untrusted_error(decision, str(path), pf.plan.name or pf.header.name)
+        raise untrusted_error(decision, pf.plan.name or pf.header.name, str(path))
     return Plan(pf.plan, trust=decision)
 
 

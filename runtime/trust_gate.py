@@ -42,7 +42,7 @@ def require_trusted(plan: Any) -> None:
     if not decision.permits(proto):
         refused = TrustDecision(needs=plan_needs(proto), allowed=False, basis=REFUSED,
                                 signer=decision.signer)
-        raise untrusted_error(refused, f"plan {proto.name!r}", proto.name)
+        raise untrusted_error(refused, proto.name)
     if decision.basis == PLAIN:
         _check_plain(proto)
 
