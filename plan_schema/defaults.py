@@ -76,6 +76,7 @@ class RunConfig:
             ``"cpu"`` (the CPU communicator everywhere) or ``"nccl"`` (fail without GPUs).
         host_transport: ``"auto"`` (shared memory on one node, TCP across nodes), ``"shm"``
             or ``"tcp"`` (TCP everywhere, to exercise the cross-node path on one machine).
+        trace: a file to write a Chrome/Perfetto trace of the run to at teardown ("" = off).
     """
 
     capacity: int
@@ -89,6 +90,7 @@ class RunConfig:
     max_buffered_results: int = 1000
     communicator: str = "auto"
     host_transport: str = "auto"
+    trace: str = ""
 
     @classmethod
     def from_plan(cls, config: pb.ExecConfig, **overrides: Any) -> RunConfig:
@@ -151,4 +153,5 @@ class RunConfig:
             max_buffered_results=buffered,
             communicator=comm,
             host_transport=host,
+            trace=str(over.get("trace", "")),
         )

@@ -34,6 +34,8 @@ __all__ = [
     "CgcTimeoutError",
     "GetTimeoutError",
     "SubmitTimeoutError",
+    "CapacityExceededError",
+    "ResultBufferFullError",
     "RefConsumedError",
     "InputMismatchError",
     "PlacementError",
@@ -97,6 +99,15 @@ class GetTimeoutError(CgcTimeoutError):
 
 class SubmitTimeoutError(CgcTimeoutError):
     """``execute()`` waited for room (backpressure) longer than the submit timeout."""
+
+
+class CapacityExceededError(CgcError):
+    """``execute()`` at capacity with ``at_capacity="raise"`` (Ray Compiled Graph's behaviour):
+    ``capacity`` executions are in flight; fetch results before submitting more."""
+
+
+class ResultBufferFullError(CapacityExceededError):
+    """Fetching a result would buffer more than ``max_buffered_results`` earlier results."""
 
 
 class RefConsumedError(CgcError):

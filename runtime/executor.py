@@ -22,6 +22,7 @@ output; a task with an ``ErrorValue`` input skips its call and forwards it.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -37,22 +38,45 @@ from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
-__all__ = ["ActorLoop", "LOOPS", "LOOPS_LOCK"]
+__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "TRACES"]
 
 LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
 LOOPS_LOCK = threading.Lock()
+# graph id -> (prologue, loop) recorders of a traced loop; kept after the loop exits so the
+# driver collects complete traces at teardown (cgc.runtime.actor_calls.collect_trace).
+TRACES: dict[str, tuple[Any, Any]] = {}
 _REDUCE = {pb.SUM: "sum", pb.PRODUCT: "product", pb.MAX: "max", pb.MIN: "min", pb.AVG: "avg"}
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    """What the driver decided at start that every actor's loop needs (sent in round 1).
+
+    Attributes:
+        prefix: the graph's unique name prefix (channel and communicator names).
+        spin_us: busy-wait before a channel wait sleeps.
+        slot_bytes: initial slot size for channels whose plan entry names none.
+        comm_backends: communicator id -> the backend it was bound to ("cpu", "nccl", ...).
+        trace: record a time slice per op (``cgc.runtime.trace``).
+    """
+
+    prefix: str
+    spin_us: float = 0.0
+    slot_bytes: int = 0
+    comm_backends: dict[int, str] = field(default_factory=dict)
+    trace: bool = False
 
 
 class ActorLoop:
     """One actor's part of one graph: endpoints, compiled ops, and the loop thread."""
 
-    def __init__(self, gid: str, plan: pb.Plan, actor: str, obj: Any, opts: dict) -> None:
+    def __init__(self, gid: str, plan: pb.Plan, actor: str, obj: Any,
+                 opts: LoopOptions) -> None:
         self.gid, self.plan, self.actor, self.obj = gid, plan, actor, obj
-        self.prefix: str = opts["prefix"]
-        self.spin_us: float = opts.get("spin_us", 0.0)
-        self.slot_bytes: int = opts.get("slot_bytes", 0)
-        self.force_cpu: bool = opts.get("force_cpu", True)
+        self.opts = opts
+        self.prefix = opts.prefix
+        self.spin_us = opts.spin_us
+        self.slot_bytes = opts.slot_bytes
         idx = [a.name for a in plan.graph.actors].index(actor)
         self.program = plan.lowered.programs[idx]
         self.writers: dict[int, Any] = {}
@@ -108,9 +132,8 @@ class ActorLoop:
                 w.accept(timeout)
         for comm in self.plan.lowered.communicators:
             if self.actor in comm.members:
-                backend = "cpu" if self.force_cpu else (comm.backend or "nccl")
                 self.comms[comm.id] = open_communicator(
-                    backend, f"{self.prefix}-g{comm.id}-",
+                    self.opts.comm_backends[comm.id], f"{self.prefix}-g{comm.id}-",
                     list(comm.members).index(self.actor), len(comm.members))
 
     def warm(self, timeout: float) -> None:
@@ -313,6 +336,16 @@ class ActorLoop:
     def start(self) -> None:
         prologue = self._compile(self.program.prologue, True)
         ops = self._compile(self.program.ops, False)
+        if self.opts.trace:
+            from cgc.runtime.trace import Recorder, traced
+
+            pro_rec, ops_rec = Recorder(), Recorder()
+            with LOOPS_LOCK:
+                TRACES[self.gid] = (pro_rec, ops_rec)
+            offs = [o.exec_offset for o in self.program.ops]
+            prologue = [traced(op, i, lambda: 0, pro_rec) for i, op in enumerate(prologue)]
+            ops = [traced(op, i, lambda off=offs[i]: self.exec + off, ops_rec)
+                   for i, op in enumerate(ops)]
         prefetch = any(o.exec_offset for o in self.program.ops)
         self.thread = threading.Thread(target=self._run, args=(prologue, ops, prefetch),
                                        name=f"cgc-loop-{self.actor}-{self.gid}", daemon=True)

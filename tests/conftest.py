@@ -43,3 +43,16 @@ def ray_cluster():
         info = None
     yield info
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_address(ray_cluster) -> str:
+    """The GCS address of the session's cluster, for subprocesses that join it.
+
+    Why not "auto": "auto" joins the most recently started cluster on the machine, which
+    need not be this session's when other Ray sessions run beside the tests.
+    """
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
