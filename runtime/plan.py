@@ -3,7 +3,9 @@
 A ``Plan`` wraps the ``pb.Plan`` protobuf plus two optional in-process side tables that
 ``cgc.compile(dag)`` fills: live Ray actor handles and actor classes, both by actor name.
 Files carry neither; a loaded plan finds its classes by import (or embedded source) and its
-external actors by name.
+external actors by name. Every ``Plan`` carries its trust decision (``Plan.trust``): ``load``
+decides it from the file's content and signature; a plan built in this process is its
+caller's own. ``start()`` refuses a plan its decision does not cover before anything runs.
 
 Example::
 
@@ -19,7 +21,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema import read_plan, write_plan
+from cgc.plan_schema import write_plan
+from cgc.plan_schema.trust import TrustDecision, in_process
 
 if TYPE_CHECKING:
     from cgc.runtime.driver import CompiledGraph
@@ -39,10 +42,13 @@ class Plan:
         *,
         live_handles: Mapping[str, Any] | None = None,
         classes: Mapping[str, Any] | None = None,
+        trust: TrustDecision | None = None,
     ) -> None:
         self.proto = proto
         self.live_handles: dict[str, Any] = dict(live_handles or {})
         self.classes: dict[str, Any] = dict(classes or {})
+        # None: built in this process (cgc.compile, Plan(proto)), so the caller's own.
+        self.trust: TrustDecision = trust if trust is not None else in_process()
 
     @property
     def name(self) -> str:
@@ -56,15 +62,25 @@ class Plan:
             f"{len(self.proto.lowered.channels)} channels>"
         )
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the plan to ``path`` (atomically). Live handles and classes are not saved.
+    def save(self, path: str | os.PathLike[str], *, sign: bool = True) -> None:
+        """Write the plan to ``path`` (atomically), signed with the user's key unless
+        ``sign`` is False. Live handles and classes are not saved.
+
+        The key is made on first use (``cgc.plan_schema.signing``), so a plan saved and
+        loaded by the same user needs no ``trust=True``.
 
         Example: ``cgc.compile(dag).save("graph.cgplan")``.
 
         Raises:
             OSError: the file cannot be written.
+            KeyFileError: the user's key file is malformed or open to other users.
         """
-        write_plan(self.proto, path)
+        key = None
+        if sign:
+            from cgc.plan_schema.signing import load_or_create_key
+
+            key = load_or_create_key()
+        write_plan(self.proto, path, key=key)
 
     def start(
         self,
@@ -105,12 +121,17 @@ class Plan:
                 print(ref.get())
 
         Raises:
+            UntrustedPlanError: the plan's trust decision does not allow it to run (checked
+                before any actor is created or any code from the plan runs).
             ConfigError: an override is unknown or out of range.
             cgc.verify.VerifyError: the plan is malformed or its programs can deadlock.
             PlacementError: some actors cannot be placed on the cluster (named).
             SetupError: actors, channels or warm-up failed.
         """
         from cgc.runtime.start import start_graph
+        from cgc.runtime.trust_gate import require_trusted
+
+        require_trusted(self)
 
         return start_graph(
             self,
@@ -132,12 +153,26 @@ class Plan:
 
 
 def load(path: str | os.PathLike[str], *, trust: bool = False) -> Plan:
-    """Read a ``.cgplan`` file into a ``Plan``.
+    """Read a ``.cgplan`` file into a ``Plan``, deciding whether it may run here.
+
+    A plan that holds embedded source, pickled values, a runtime_env or external actors
+    loads only when signed by a key the user trusts (their own, or one in their
+    trusted-keys file) or with ``trust=True``; the decision is kept as ``Plan.trust``.
+    Loading never unpickles or executes anything from the file.
 
     Example: ``plan = cgc.load("echo.cgplan")``.
 
     Raises:
         PlanFormatError: missing, not a plan, truncated, corrupted or too new.
-        UntrustedPlanError: the plan holds pickled values and ``trust`` is False.
+        UntrustedPlanError: the plan needs trust and nothing vouches for it; the message
+            lists exactly what would run.
+        KeyFileError: the user's key files are malformed or open to other users.
     """
-    return Plan(read_plan(path, trust=trust))
+    from cgc.plan_schema.planfile import open_plan
+    from cgc.plan_schema.trust import decide, untrusted_error
+
+    pf = open_plan(path)
+    decision = decide(pf, trust=trust)
+    if not decision.allowed:
+        raise untrusted_error(decision, pf.plan.name or pf.header.name, str(path))
+    return Plan(pf.plan, trust=decision)

@@ -10,6 +10,22 @@ import pytest
 TEST_CLUSTER_CPUS = 16
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cgc_config_dir(tmp_path_factory):
+    """The tests' cgc config folder (signing key, trusted keys): never the real home's.
+
+    Set in the environment, so CLI subprocesses use it too.
+    """
+    path = tmp_path_factory.mktemp("cgc-config")
+    old = os.environ.get("CGC_CONFIG_DIR")
+    os.environ["CGC_CONFIG_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("CGC_CONFIG_DIR", None)
+    else:
+        os.environ["CGC_CONFIG_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """Start (or join) the session's local Ray cluster and return its address info."""
