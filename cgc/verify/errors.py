@@ -1,8 +1,8 @@
-"""Errors the verifier raises; all exit the CLI with code 5 (EXIT_VERIFY)."""
+"""Errors the verifier raises: a malformed plan exits 4 (EXIT_INVALID_PLAN), a deadlock 5."""
 
 from __future__ import annotations
 
-from cgc.plan_schema.errors import EXIT_VERIFY, CgcError
+from cgc.plan_schema.errors import EXIT_INVALID_PLAN, EXIT_VERIFY, CgcError, PlanFormatError
 
 __all__ = ["VerifyError", "DeadlockError", "PlanStructureError", "PlanLimitError"]
 
@@ -13,13 +13,18 @@ class VerifyError(CgcError):
     exit_code = EXIT_VERIFY
 
 
-class PlanStructureError(VerifyError):
+class PlanStructureError(VerifyError, PlanFormatError):
     """A structural check failed (bad id, dangling reference, unknown enum value, missing
-    or doubled op, ...); the message names the field or the actor, op and channel."""
+    or doubled op, ...); the message names the field or the actor, op and channel.
+
+    Also a ``PlanFormatError``: a malformed plan is not a valid plan file (exit code 4).
+    """
+
+    exit_code = EXIT_INVALID_PLAN
 
 
 class PlanLimitError(PlanStructureError):
-    """A plan field is beyond its bound in ``cgc.plan_schema.defaults.Limits``.
+    """A plan field is beyond its bound in ``cgc.plan_schema.defaults.Limits`` (exit code 4).
 
     Attributes:
         field: the plan field, e.g. ``"ExecConfig.capacity"`` or ``"Channel c3 slots"``.
