@@ -158,3 +158,11 @@ def test_limits_can_be_raised_by_a_user_with_a_reason():
 def test_more_executions_than_the_limit_are_refused():
     with pytest.raises(PlanLimitError, match="executions"):
         verify_plan(_plan("chain"), LIMITS.executions + 1)
+
+
+def test_a_malformed_plan_is_an_invalid_plan_file_not_a_deadlock():
+    from cgc.plan_schema import PlanFormatError
+    from cgc.plan_schema.errors import EXIT_INVALID_PLAN
+
+    assert issubclass(PlanLimitError, PlanFormatError)
+    assert PlanStructureError.exit_code == PlanLimitError.exit_code == EXIT_INVALID_PLAN
