@@ -198,23 +198,10 @@ def _loc(loc: pb.SourceLoc) -> str:
     return f"  @{loc.file}:{loc.line}" if loc.file else ""
 
 
-def _has_pickled(v: pb.Value) -> bool:
-    kind = v.WhichOneof("kind")
-    if kind == "pickled":
-        return True
-    if kind in ("list_value", "tuple_value"):
-        return any(_has_pickled(x) for x in getattr(v, kind).items)
-    if kind == "map_value":
-        return any(_has_pickled(e.key) or _has_pickled(e.value) for e in v.map_value.entries)
-    return False
-
-
 def _arg(arg: pb.Arg) -> str:
     if arg.WhichOneof("kind") == "ref":
         r = arg.ref
         return f"%{r.node}" + (f".{r.output_index}" if r.output_index else "")
-    if _has_pickled(arg.constant):  # a dump never unpickles (it would run the file's code)
-        return "<value with pickled parts>"
     from cgc.plan_schema.values import value_to_text
 
     return value_to_text(arg.constant, 40)
