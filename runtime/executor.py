@@ -153,9 +153,8 @@ class ActorLoop:
         ex0 = list(self.program.prologue) + [o for o in self.program.ops if o.exec_offset == 0]
         for op in ex0:
             if op.kind in (pb.SEND, pb.RECV):
-                comm_id = low.channels[op.channel - 1].communicator
-                comm = self.comms[low.communicators[comm_id].id]
-                peer = list(low.communicators[comm_id].members).index(op.peer)
+                comm = self.comms[op.communicator]
+                peer = list(low.communicators[op.communicator].members).index(op.peer)
                 if op.kind == pb.SEND:
                     comm.send(PING, peer)
                 else:
@@ -170,7 +169,9 @@ class ActorLoop:
         if op.kind == pb.READ:
             ch = low.channels[op.channel - 1]
             read, key = self.readers[ch.id].read, (ch.source.node, ch.source.output_index)
-            derive = self._derived_attrs(ch)
+            derive = [((n, 0), graph.nodes[n].index,
+                       graph.nodes[n].field if graph.nodes[n].key_kind == pb.FIELD else None)
+                      for n in op.extract]
             if not derive:
                 def do_read() -> None:
                     tabs[off][key] = read()
@@ -204,7 +205,7 @@ class ActorLoop:
             return self._compile_compute(graph.nodes[op.task], off)
         if op.kind in (pb.SEND, pb.RECV):
             ch = low.channels[op.channel - 1]
-            cdesc = low.communicators[ch.communicator]
+            cdesc = low.communicators[op.communicator]
             comm, peer = self.comms[cdesc.id], list(cdesc.members).index(op.peer)
             if op.kind == pb.SEND:
                 send, key = comm.send, (op.task, op.output_index)
@@ -218,28 +219,8 @@ class ActorLoop:
                 tabs[off][key] = recv(peer)
             return do_recv
         if op.kind == pb.COLL:
-            return self._compile_coll(graph.nodes[op.task], off)
+            return self._compile_coll(graph.nodes[op.task], op.communicator, off)
         raise SetupError(f"{self.actor}: unknown op kind {op.kind} in its program")
-
-    def _derived_attrs(self, ch: pb.Channel) -> list[tuple[tuple[int, int], Any, Any]]:
-        """INPUT_ATTR values this actor needs but only gets through the whole-input channel."""
-        graph = self.plan.graph
-        if graph.nodes[ch.source.node].kind != pb.INPUT:
-            return []
-        own = {c.source.node for c in self.plan.lowered.channels if self.actor in c.readers}
-        out = []
-        for task in self._methods:
-            node = graph.nodes[task]
-            for arg in list(node.args) + [kw.arg for kw in node.kwargs]:
-                if arg.WhichOneof("kind") != "ref" or arg.ref.node in own:
-                    continue
-                src = graph.nodes[arg.ref.node]
-                if src.kind == pb.INPUT_ATTR:
-                    field = src.field if src.key_kind == pb.FIELD else None
-                    item = ((src.id, 0), src.index, field)
-                    if item not in out:
-                        out.append(item)
-        return out
 
     def _error(self, exc: BaseException, method: str, off: int) -> ErrorValue:
         tb = exc.__traceback__
@@ -296,14 +277,11 @@ class ActorLoop:
                     tab[k] = self._error(bad, method, off)
         return do_compute
 
-    def _compile_coll(self, node: pb.Node, off: int) -> Any:
+    def _compile_coll(self, node: pb.Node, communicator: int, off: int) -> Any:
         graph, low, tabs = self.plan.graph, self.plan.lowered, self.tabs
         coll = graph.collectives[node.collective]
-        members = [graph.nodes[n].actor for n in coll.nodes]
-        cdesc = next((c for c in low.communicators if list(c.members) == members), None)
-        if cdesc is None:
-            raise SetupError(f"{self.actor}: no communicator with members {members} for "
-                             f"collective {node.name}")
+        cdesc = low.communicators[communicator]  # the plan's choice (verified at start)
+        members = list(cdesc.members)
         comm = self.comms[cdesc.id]
         a = node.args[0]
         in_key, out_key = (a.ref.node, a.ref.output_index), (node.id, 0)
@@ -457,9 +435,8 @@ class ActorLoop:
             readers = ", ".join(low.channels[op.channel - 1].readers)
             doing = f"room on channel c{op.channel} (readers {readers})"
         elif op.kind in (pb.SEND, pb.RECV):
-            ch = low.channels[op.channel - 1]
             side = "to" if op.kind == pb.SEND else "from"
-            doing = (f"rendezvous {side} {op.peer} on communicator {ch.communicator} "
+            doing = (f"rendezvous {side} {op.peer} on communicator {op.communicator} "
                      f"(c{op.channel}, seq {op.seq})")
         elif op.kind == pb.COMPUTE:
             doing = f"the method {self.plan.graph.nodes[op.task].method} to return"

@@ -1,0 +1,80 @@
+"""The plan is the contract: the runtime applies the decisions stored in the plan (and the
+run configuration) and never works them out again. Each test changes one stored decision
+and shows the runtime follows it, or refuses a stored decision that does not hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import rt_graphs as G
+
+import cgc
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime import CapacityExceededError, GetTimeoutError, Plan
+from cgc.verify import PlanStructureError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _changed(plan: Plan, edit) -> Plan:
+    proto = pb.Plan()
+    proto.CopyFrom(plan.proto)
+    edit(proto)
+    return Plan(proto, live_handles=plan.live_handles, classes=plan.classes)
+
+
+def test_capacity_and_at_capacity_come_from_the_plan(ray_cluster):
+    plan = G.slow_plan()
+    assert plan.proto.config.capacity >= 2
+    with plan.start(get_timeout=30) as g:  # as compiled: room for two, waits at capacity
+        refs = [g.execute(0.1), g.execute(0.1)]
+        assert [r.get() for r in refs] == [0.1, 0.1]
+
+    def one_and_raise(p: pb.Plan) -> None:
+        p.config.capacity = 1
+        p.config.at_capacity = pb.AT_CAPACITY_RAISE
+
+    with _changed(plan, one_and_raise).start(get_timeout=30) as g:
+        assert (g.capacity, g.config.at_capacity) == (1, "raise")
+        first = g.execute(0.1)
+        with pytest.raises(CapacityExceededError):
+            g.execute(0.0)
+        assert first.get() == 0.1
+
+
+def test_timeouts_come_from_the_plan(ray_cluster):
+    def short_get(p: pb.Plan) -> None:
+        p.config.get_timeout_s = 0.3
+
+    with _changed(G.slow_plan(), short_get).start() as g:
+        assert g.get_timeout == 0.3
+        ref = g.execute(5.0)
+        with pytest.raises(GetTimeoutError, match="after 0.3 s"):
+            ref.get()  # no timeout given: the plan's
+
+
+def test_a_collective_runs_on_the_communicator_the_plan_names(ray_cluster):
+    plan = cgc.compile_file(ROOT / "examples" / "allreduce.py")
+    colls = [op for p in plan.proto.lowered.programs for op in p.ops if op.kind == pb.COLL]
+    assert colls and all(op.communicator == 0 for op in colls)
+
+    def elsewhere(p: pb.Plan) -> None:
+        p.lowered.communicators.add(id=1, backend="cpu", members=["worker1", "worker0"])
+        for prog in p.lowered.programs:
+            for op in prog.ops:
+                if op.kind == pb.COLL:
+                    op.communicator = 1
+
+    # A stored decision that does not hold is refused at start (the same check as
+    # `cgc check`), never silently replaced by one the runtime works out itself.
+    with pytest.raises(PlanStructureError, match="communicator 1"):
+        _changed(plan, elsewhere).start()
+
+
+def test_the_run_configuration_overrides_only_within_the_plan(ray_cluster):
+    from cgc.plan_schema.errors import ConfigError
+
+    plan = G.slow_plan()
+    with pytest.raises(ConfigError, match="capacity"):
+        plan.start(capacity=plan.proto.config.capacity + 1)
