@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from cgc.errors import CompileError
+from cgc.frontend.ray_private import is_ray_dag_object
 
 __all__ = ["ModelFile", "load_model_file", "split_target", "module_name_for"]
 
@@ -147,5 +148,4 @@ def example_inputs(model: ModelFile) -> tuple[Any, ...] | None:
 def _is_dag_node(obj: Any) -> bool:
     # Ray's DAG nodes and cgc's nodes are callable-free objects, but be explicit: a node
     # is never called to produce the graph.
-    mod = type(obj).__module__
-    return mod.startswith("cgc.frontend") or mod.startswith("ray.dag")
+    return type(obj).__module__.startswith("cgc.frontend") or is_ray_dag_object(obj)

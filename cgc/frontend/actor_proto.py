@@ -135,12 +135,12 @@ def derive_names(actors: list[tuple[str, str]]) -> list[str]:
     taken = {_ident(u) for u, _ in actors if u}
     bases = [_snake(c) for _, c in actors]
     counts: dict[str, int] = {}
-    for (user, _), base in zip(actors, bases, strict=False):
+    for (user, _), base in zip(actors, bases, strict=True):
         if not user:
             counts[base] = counts.get(base, 0) + 1
     next_index: dict[str, int] = {}
     names = []
-    for (user, _), base in zip(actors, bases, strict=False):
+    for (user, _), base in zip(actors, bases, strict=True):
         if user:
             names.append(_ident(user))
             continue
