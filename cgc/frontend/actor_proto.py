@@ -53,8 +53,9 @@ def class_ref(
     in_model = model_module is not None and module == model_module.__name__
     if not in_model and model_file is not None:
         mod = sys.modules.get(module)
-        mod_file = getattr(mod, "__file__", None)
-        in_model = bool(mod_file) and os.path.abspath(mod_file) == os.path.abspath(model_file)
+        mod_file: str | None = getattr(mod, "__file__", None)
+        if mod_file:
+            in_model = os.path.abspath(mod_file) == os.path.abspath(model_file)
     if in_model:
         source_path = (
             os.fspath(model_file)

@@ -146,6 +146,7 @@ def check_ctor(rep: Names, actor: Any) -> None:
     cls = actor.cls
     if cls is None or actor.external is not None:
         return
+    sig: inspect.Signature | None
     if cls.__init__ is object.__init__:
         sig = inspect.Signature([])
     else:

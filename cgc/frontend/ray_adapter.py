@@ -140,6 +140,7 @@ class _Converter:
     def _convert(self, n: Any) -> Any:
         dag = self.dag
         loc = _site(n)
+        out: Any
         if isinstance(n, dag.InputNode):
             out = InputNode()
         elif isinstance(n, dag.InputAttributeNode):
@@ -222,6 +223,7 @@ class _Converter:
             actor = self._handle_actor(parent)
             position = rp.live_bind_index(n)
         args = [self._value(a) for a in rp.bound_args(n)]
+        node: CallNode | CollectiveNode
         if isinstance(n, self.dag.CollectiveOutputNode):
             node = self._member(n, actor, args, loc)
         else:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from cgc.frontend import walk
 from cgc.frontend.actor_proto import derive_names
 from cgc.frontend.collectives import CollectiveNode, ReduceOp
 from cgc.frontend.graph_checks import check_structure, split_output
-from cgc.frontend.locations import LocRenderer
+from cgc.frontend.locations import LocRenderer, RawLoc
 from cgc.frontend.node_checks import (
     actor_class,
     actor_options,
@@ -137,7 +137,15 @@ class _Tracer:
         return [a for a in actors if id(a) in graph_actor_ids]
 
     # ------------------------------------------------------------------ emission
-    def _emit(self, outputs, multi, out_loc, got, order, actors) -> TraceResult:
+    def _emit(
+        self,
+        outputs: list[Any],
+        multi: bool,
+        out_loc: RawLoc,
+        got: walk.Collected,
+        order: list[Any],
+        actors: list[Any],
+    ) -> TraceResult:
         g = pb.Graph()
         result = TraceResult(graph=g)
         modules: dict[str, pb.EmbeddedModule] = {}
@@ -238,7 +246,8 @@ class _Tracer:
     def _collective(self, g: pb.Graph, cid: int, grp: Any) -> None:
         c = g.collectives.add(id=cid, kind=_KINDS[grp.kind])
         if grp.op is not None:
-            c.reduce_op = ReduceOp(grp.op).value
+            # cgc's ReduceOp has the plan's numbering (collectives.py)
+            c.reduce_op = cast(pb.ReduceOp, ReduceOp(grp.op).value)
         for m in grp.members:
             c.nodes.append(self.ids[id(m)])
             g.nodes[self.ids[id(m)]].collective = cid
