@@ -36,7 +36,10 @@ class ModelFile:
 def split_target(target: str) -> tuple[Path, str | None]:
     """Split ``FILE[:ATTR]`` into the path and the attribute (None when absent).
 
-    Example: ``split_target("models/m.py:make")`` → ``(Path("models/m.py"), "make")``.
+    >>> split_target("models/m.py:make")
+    (PosixPath('models/m.py'), 'make')
+    >>> split_target("models/m.py")
+    (PosixPath('models/m.py'), None)
     """
     path, sep, attr = target.rpartition(":")
     if sep and path and attr.isidentifier():

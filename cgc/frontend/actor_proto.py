@@ -85,7 +85,10 @@ def _canonical_json(value: Any) -> str:
 def options_proto(options: dict[str, Any]) -> tuple[pb.ActorOptions, str | None]:
     """Encode actor options; returns (options, problem text or None).
 
-    Example: ``options_proto({"num_gpus": 1})[0].num_gpus == 1.0``.
+    >>> options_proto({"num_gpus": 1})[0].num_gpus
+    1.0
+    >>> options_proto({"num_cpus": "many"})[1]
+    "actor options cannot be stored in a plan: could not convert string to float: 'many'"
 
     Raises:
         Nothing; bad values come back as the problem text.
@@ -128,7 +131,8 @@ def derive_names(actors: list[tuple[str, str]]) -> list[str]:
     User names are kept (made identifiers); others are the class name in snake case, with
     an index when the class has several actors: ``worker0``, ``worker1``.
 
-    Example: ``derive_names([("", "Worker"), ("", "Worker")]) == ["worker0", "worker1"]``.
+    >>> derive_names([("", "Worker"), ("", "Worker"), ("trainer", "Worker"), ("", "KVCache")])
+    ['worker0', 'worker1', 'trainer', 'kv_cache']
 
     Raises:
         Nothing.
