@@ -76,6 +76,9 @@ class RunConfig:
             ``"cpu"`` (the CPU communicator everywhere) or ``"nccl"`` (fail without GPUs).
         host_transport: ``"auto"`` (shared memory on one node, TCP across nodes), ``"shm"``
             or ``"tcp"`` (TCP everywhere, to exercise the cross-node path on one machine).
+        trace: a file to write a Chrome/Perfetto trace of the run to at teardown ("" = off).
+        torch_profile: a directory for one torch profiler trace per actor ("" = off).
+        nvtx: NVTX ranges around every op, for Nsight Systems.
     """
 
     capacity: int
@@ -89,6 +92,9 @@ class RunConfig:
     max_buffered_results: int = 1000
     communicator: str = "auto"
     host_transport: str = "auto"
+    trace: str = ""
+    torch_profile: str = ""
+    nvtx: bool = False
 
     @classmethod
     def from_plan(cls, config: pb.ExecConfig, **overrides: Any) -> RunConfig:
@@ -151,4 +157,7 @@ class RunConfig:
             max_buffered_results=buffered,
             communicator=comm,
             host_transport=host,
+            trace=str(over.get("trace", "")),
+            torch_profile=str(over.get("torch_profile", "")),
+            nvtx=bool(over.get("nvtx", False)),
         )

@@ -145,6 +145,10 @@ def _encode_torch(obj: Any, v: pb.Value) -> None:
 def decode_value(v: pb.Value) -> Any:
     """Rebuild the Python object a ``pb.Value`` stands for.
 
+    A pickled value is unpickled, which runs code from the plan: call this only for a
+    plan the trust decision allowed (``cgc.plan_schema.trust``). Dumps use
+    ``value_to_text``, which never unpickles.
+
     Example: ``decode_value(encode_value([1, "a"])[0]) == [1, "a"]``.
 
     Raises:
@@ -189,17 +193,77 @@ def _decode_tensor(t: pb.TensorValue) -> Any:
 
 
 def value_to_text(v: pb.Value, limit: int = 60) -> str:
-    """Short one-line form of a value for dumps: ``3``, ``'a'``, ``f32[4,4]``."""
+    """Short one-line form of a value for dumps: ``3``, ``'a'``, ``numpy:<f4[4,4]``.
+
+    Built from the protobuf alone: a pickle, at any depth, shows as ``<pickled, N bytes>``
+    and is never unpickled (dumps of untrusted plans run nothing). When the text is cut
+    to ``limit``, pickles cut off are still counted at its end.
+
+    Example: ``value_to_text(encode_value([1, "a"])[0]) == "[1, 'a']"``.
+    """
+    parts: list[str] = []
+    _text(v, parts, limit + 1)
+    text = "".join(parts)
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3] + "..."
+    hidden = _count_pickles(v) - cut.count("<pickled,")
+    return cut + (f" <+{hidden} pickled>" if hidden > 0 else "")
+
+
+def _text(v: pb.Value, out: list[str], budget: int) -> None:
+    """Append the text of ``v`` to ``out``, stopping soon after ``budget`` characters."""
+    if sum(map(len, out)) > budget:
+        return
     kind = v.WhichOneof("kind")
+    if kind in ("list_value", "tuple_value"):
+        items = getattr(v, kind).items
+        out.append("[" if kind == "list_value" else "(")
+        for i, x in enumerate(items):
+            if i:
+                out.append(", ")
+            _text(x, out, budget)
+            if sum(map(len, out)) > budget:
+                return
+        out.append("]" if kind == "list_value" else ("," * (len(items) == 1) + ")"))
+    elif kind == "map_value":
+        out.append("{")
+        for i, e in enumerate(v.map_value.entries):
+            if i:
+                out.append(", ")
+            _text(e.key, out, budget)
+            out.append(": ")
+            _text(e.value, out, budget)
+            if sum(map(len, out)) > budget:
+                return
+        out.append("}")
+    else:
+        out.append(_scalar_text(v, kind))
+
+
+def _scalar_text(v: pb.Value, kind: str | None) -> str:
     if kind == "tensor_value":
         t = v.tensor_value
         return f"{t.framework}:{t.dtype}[{','.join(map(str, t.shape))}]"
     if kind == "pickled":
-        return f"<pickled {len(v.pickled)} B>"
+        return f"<pickled, {len(v.pickled):,} bytes>"
     if kind == "bytes_value" and len(v.bytes_value) > 16:
         return f"<bytes {len(v.bytes_value)} B>"
-    try:
-        text = repr(decode_value(v))
-    except Exception:  # a dump must never fail on a value
-        text = f"<{kind}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if kind == "null":
+        return "None"
+    if kind == "bigint_value":
+        return v.bigint_value[:40] + ("..." if len(v.bigint_value) > 40 else "")
+    if kind in ("bool_value", "int_value", "float_value", "str_value", "bytes_value"):
+        return repr(getattr(v, kind))
+    return "<empty>"
+
+
+def _count_pickles(v: pb.Value) -> int:
+    kind = v.WhichOneof("kind")
+    if kind == "pickled":
+        return 1
+    if kind in ("list_value", "tuple_value"):
+        return sum(_count_pickles(x) for x in getattr(v, kind).items)
+    if kind == "map_value":
+        return sum(_count_pickles(e.key) + _count_pickles(e.value) for e in v.map_value.entries)
+    return 0

@@ -18,6 +18,7 @@ from cgc.plan_schema.errors import CgcError, PlanFormatError, UntrustedPlanError
 from cgc.runtime.driver import CompiledGraph
 from cgc.runtime.errors import (
     ActorDiedError,
+    CapacityExceededError,
     CgcTimeoutError,
     GetTimeoutError,
     GraphFailedError,
@@ -26,6 +27,7 @@ from cgc.runtime.errors import (
     PlacementError,
     RefConsumedError,
     RemoteError,
+    ResultBufferFullError,
     SetupError,
     SubmitTimeoutError,
 )
@@ -47,6 +49,8 @@ __all__ = [
     "CgcTimeoutError",
     "GetTimeoutError",
     "SubmitTimeoutError",
+    "CapacityExceededError",
+    "ResultBufferFullError",
     "RefConsumedError",
     "InputMismatchError",
     "PlacementError",

@@ -18,15 +18,16 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.actors import user_object
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
-from cgc.runtime.executor import LOOPS, LOOPS_LOCK, ActorLoop
+from cgc.runtime.executor import LOOPS, LOOPS_LOCK, TRACES, ActorLoop, LoopOptions
 
 __all__ = ["setup_probe", "setup_writers", "setup_start", "wait_loop", "stop_loop",
-           "where_blocked"]
+           "where_blocked", "collect_trace"]
 
 # Called as actor.__ray_call__.remote(fn, ...): ``self`` is the actor instance.
 
 
-def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str, opts: dict) -> dict:
+def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str,
+                opts: LoopOptions) -> dict:
     """Build this actor's loop for graph ``gid``; return where the actor runs."""
     import os
 
@@ -102,8 +103,26 @@ def stop_loop(self: Any, gid: str) -> bool:
     return True
 
 
-def where_blocked(self: Any, gid: str) -> str:
-    """One line: which op the loop of ``gid`` is at (for timeout messages)."""
+def where_blocked(self: Any, gid: str) -> dict[str, Any]:
+    """Which op the loop of ``gid`` is at, as ``ActorLoop.where`` reports it."""
     with LOOPS_LOCK:
         loop = LOOPS.get(gid)
-    return loop.where() if loop is not None else "no loop"
+    if loop is None:
+        return {"actor": "", "execution": -1, "op": "", "token": "", "waiting": "no loop"}
+    return loop.where()
+
+
+def collect_trace(self: Any, gid: str) -> dict | None:
+    """This actor's recorded op slices of graph ``gid`` (and forget them); None if none.
+
+    ``clock_ns`` is this process's ``time.monotonic_ns()`` at the call, for the driver's
+    clock-offset estimate.
+    """
+    import os
+
+    with LOOPS_LOCK:
+        recs = TRACES.pop(gid, None)
+    if recs is None:
+        return None
+    return {"pid": os.getpid(), "clock_ns": time.monotonic_ns(),
+            "prologue": recs[0].snapshot(), "events": recs[1].snapshot()}

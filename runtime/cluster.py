@@ -68,6 +68,10 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
         kwargs: dict = {"include_dashboard": False, "log_to_driver": True,
                         "configure_logging": False}
         if address is None:
+            # "local": a new cluster of our own. Plain ray.init() would join whatever
+            # cluster /tmp/ray/ray_current_cluster or RAY_ADDRESS names - on a shared
+            # machine possibly another user's.
+            kwargs["address"] = "local"
             cpus = sum(actor_demand(a, False).get("CPU", 0.0) for a in plan.graph.actors)
             kwargs["num_cpus"] = max(os.cpu_count() or 1, int(cpus + 0.999))
             custom: dict[str, float] = {}

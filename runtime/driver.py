@@ -2,14 +2,26 @@
 
 Hot path: ``execute()`` checks the argument count, writes each input channel once (a
 broadcast to N actors on this node is one write) and returns ``Ref``s; ``get()`` reads the
-output channels in execution order, buffering results for refs fetched later. No Ray RPCs,
-no allocation of channels, no imports on either path.
+output channels until its execution is complete, buffering what it reads for other refs.
+No Ray RPCs, no allocation of channels, no imports on either path.
 
-Locks: ``_submit_lock`` (input writes) and ``_read_lock`` (output reads and the result
+Semantics (Ray Compiled Graph's where they are right):
+
+- **Fail-fast across one execution's outputs.** An execution is complete when every output
+  has been read or when one of them is an error; then every ref of that execution raises
+  that error (the siblings' values are still read later, so positions never shift).
+  Outputs are read in output order.
+- **Capacity.** At most ``capacity`` executions are in flight (submitted, with some output
+  not read yet). At capacity ``execute()`` either reads the oldest result into the buffer,
+  waiting up to the submit timeout (``at_capacity="wait"``, cgc's default), or raises
+  ``CapacityExceededError`` at once (``"raise"``, Ray's behaviour).
+- **Buffered results** (read for refs not fetched yet) are bounded by
+  ``max_buffered_results`` on every path: ``get()`` of execution N raises
+  ``ResultBufferFullError`` instead of buffering without bound; ``execute()`` waits.
+
+Locks: ``_submit_lock`` (input writes) and ``_read_lock`` (output reads, the result
 buffer), always taken in that order, so a thread waiting for a result never blocks another
-thread's submit. Backpressure: when ``capacity`` executions are in flight (submitted, not
-yet read), ``execute()`` reads the oldest result into the buffer (waiting for it, up to the
-submit timeout) instead of raising.
+thread's submit.
 
 Example::
 
@@ -27,16 +39,21 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.defaults import RunConfig
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
+from cgc.runtime.driver_io import DriverEndpoints, PartialSubmitError
 from cgc.runtime.errors import (
+    CapacityExceededError,
     GetTimeoutError,
     GraphFailedError,
     GraphTornDownError,
     InputMismatchError,
+    ResultBufferFullError,
     SubmitTimeoutError,
+    format_blocked,
     to_exception,
 )
 from cgc.runtime.refs import Ref
@@ -45,6 +62,7 @@ __all__ = ["CompiledGraph"]
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _atexit_registered = False
+_MISSING = object()
 
 
 def _teardown_all() -> None:
@@ -55,31 +73,44 @@ def _teardown_all() -> None:
             pass
 
 
+class _Exec:
+    """One execution's outputs as read so far, and its refs not fetched or dropped yet."""
+
+    __slots__ = ("vals", "missing", "error", "refs")
+
+    def __init__(self, n_readers: int, refs: int) -> None:
+        self.vals: list[Any] = [_MISSING] * n_readers
+        self.missing = n_readers
+        self.error: Any = None
+        self.refs = refs
+
+    @property
+    def done(self) -> bool:
+        return self.missing == 0 or self.error is not None
+
+
 class CompiledGraph:
     """A running plan. Use it as a context manager, or call ``teardown()`` when done.
 
-    Attributes: ``name``, ``plan`` (the ``cgc.runtime.Plan``), ``actors`` (handles by actor
-    name), ``channel_bindings`` (host channel id -> "shm" or "tcp", from real placement),
-    ``setup_seconds``, ``capacity``, ``submit_timeout``, ``get_timeout``,
-    ``teardown_timeout`` (seconds; None = no limit).
+    Attributes: ``name``, ``plan`` (the ``cgc.runtime.Plan``), ``config`` (the
+    ``RunConfig`` in force), ``actors`` (handles by actor name), ``channel_bindings``
+    (channel id -> how it was bound from real placement: "shm", "tcp", ...),
+    ``setup_seconds``; ``capacity``, ``submit_timeout``, ``get_timeout``,
+    ``teardown_timeout`` (seconds; None = no limit) come from ``config``.
     """
 
-    def __init__(self, plan: Any, gid: str, prefix: str, cfg: dict[str, Any]) -> None:
+    def __init__(self, plan: Any, gid: str, prefix: str, config: RunConfig) -> None:
         self.plan = plan
         self.name: str = plan.name
         self.gid, self.prefix = gid, prefix
-        self.capacity: int = cfg["capacity"]
-        self.submit_timeout: float | None = cfg["submit_timeout"]
-        self.get_timeout: float | None = cfg["get_timeout"]
-        self.teardown_timeout: float = cfg["teardown_timeout"]
-        self.max_buffered: int = cfg["max_buffered_results"]
+        self.config = config
         self.setup_seconds = 0.0
         self.actors: dict[str, Any] = {}
-        # How each host channel was bound from real placement: channel id -> "shm" | "tcp".
-        self.channel_bindings: dict[int, str] = {}
         self.created: set[str] = set()
-        self.monitor: Any = None  # set by start: the Monitor watching the actor loops
-        self.dead: set[str] = set()  # actors known dead (no teardown RPCs to them)
+        self.channel_bindings: dict[int, str] = {}
+        self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
+        self.monitor: Any = None
+        self.endpoints = DriverEndpoints(plan.proto)
         g = plan.proto.graph
         self._npos = g.num_positional
         # Arity of the common call, checked inline on the hot path (see _check_inputs).
@@ -87,41 +118,81 @@ class CompiledGraph:
             g.keyword_fields else g.num_positional
         self._kwset = frozenset(g.keyword_fields)
         self._whole = g.whole_input
-        self._multi = any(n.multi_output for n in g.nodes if n.kind == 5)  # OUTPUT
-        # Filled by start: (write, pick(args, kwargs)) per input channel; output readers.
-        self._inputs: list[tuple[Callable[..., None], Callable[..., Any]]] = []
-        self._in_writers: list[Any] = []
-        self._out_readers: list[Any] = []
-        self._out_pos: list[int] = []  # OUTPUT arg i -> index into _out_readers
+        self._multi = any(n.multi_output for n in g.nodes if n.kind == pb.OUTPUT)
+        self._nrefs = len(self.endpoints.out_index) if self._multi else 1
+        self._raise_at_capacity = config.at_capacity == "raise"
+        # (what, execution, t0, t1) of submits and output reads when tracing, else None.
+        self.trace_events: list[tuple[str, int, int, int]] | None = (
+            [] if config.trace else None)
         self._submit_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._room = threading.Condition(self._read_lock)
         self._submitted = 0
-        self._nread = 0
-        self._partial: list[Any] = []
-        self._buf: dict[int, list[Any]] = {}  # exec -> [values, refs still to fetch]
-        self._drops: dict[int, int] = {}  # exec (not read yet) -> refs dropped
+        self._recs: dict[int, _Exec] = {}
         self._dropped: collections.deque[int] = collections.deque()
+        self._dead: set[str] = set()
         self._closing = False
-        self._closed = False
         self._failure: tuple[type, str, dict] | None = None
         self._failed_evt = threading.Event()
         self._teardown_lock = threading.Lock()
         self._torn_down = threading.Event()
         self._pool: Any = None
 
+    # ------------------------------------------------------------------ read-only state
+    @property
+    def capacity(self) -> int:
+        """Executions in flight before ``execute()`` waits (or raises)."""
+        return self.config.capacity
+
+    @property
+    def submit_timeout(self) -> float | None:
+        return self.config.submit_timeout
+
+    @property
+    def get_timeout(self) -> float | None:
+        return self.config.get_timeout
+
+    @property
+    def teardown_timeout(self) -> float:
+        return self.config.teardown_timeout
+
+    @property
+    def num_outputs(self) -> int:
+        """Refs per execution (``len(MultiOutputNode)``, else 1)."""
+        return self._nrefs
+
+    @property
+    def closing(self) -> bool:
+        """True once teardown has begun (for any reason)."""
+        return self._closing
+
+    @property
+    def dead_actors(self) -> frozenset[str]:
+        """Actors known to be dead (teardown sends them no calls)."""
+        return frozenset(self._dead)
+
+    def mark_dead(self, actor: str) -> None:
+        """Record that ``actor`` died (the monitor calls this)."""
+        self._dead.add(actor)
+
+    @property
+    def buffered(self) -> int:
+        """Executions with results read from the channels but not fetched or dropped yet."""
+        return sum(1 for r in self._recs.values() if r.refs > 0)
+
+    def in_flight(self) -> int:
+        """Executions submitted whose outputs are not all read from the channels yet."""
+        pos = self.endpoints.positions
+        return self._submitted - (min(pos) if pos else self._submitted)
+
     # ------------------------------------------------------------------ wiring (start)
-    def _register(self) -> None:
+    def register(self) -> None:
+        """Make interpreter exit tear this graph down (``start()`` calls it)."""
         global _atexit_registered
         _LIVE.add(self)
         if not _atexit_registered:
             atexit.register(_teardown_all)
             _atexit_registered = True
-
-    @property
-    def num_outputs(self) -> int:
-        """Refs per execution (``len(MultiOutputNode)``, else 1)."""
-        return len(self._out_pos) if self._multi else 1
 
     # ------------------------------------------------------------------ submit
     def _check_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -151,72 +222,78 @@ class CompiledGraph:
     def execute(self, *args: Any, **kwargs: Any) -> Ref | list[Ref]:
         """Submit one execution; return its ``Ref`` (a list of refs for multiple outputs).
 
-        Waits (backpressure) while ``capacity`` executions are in flight.
+        At capacity it waits for room (``at_capacity="wait"``) or raises (``"raise"``).
 
         Example: ``graph.execute(1, scale=2.0).get()``.
 
         Raises:
             InputMismatchError: the arguments do not match the graph's inputs.
+            CapacityExceededError: at capacity with ``at_capacity="raise"``.
             SubmitTimeoutError: no room within the submit timeout.
             ActorDiedError / GraphFailedError / GraphTornDownError: the graph is down.
         """
         if len(args) != self._fast_npos or kwargs.keys() != self._kwset:
             self._check_inputs(args, kwargs)
+        ends = self.endpoints
         with self._submit_lock:
             if self._closing:
                 raise self._down_error()
-            if self._submitted - self._nread >= self.capacity:
+            if self._submitted - min(ends.positions) >= self.config.capacity:
                 self._make_room()
-            timeout = self.submit_timeout
-            first = True
+            timeout = self.config.submit_timeout
+            t0 = time.monotonic_ns() if self.trace_events is not None else 0
             try:
-                for write, pick in self._inputs:
-                    write(pick(args, kwargs), timeout)
-                    first = False
+                ends.write_inputs(args, kwargs, timeout)
             except ChannelTimeoutError:
-                if first:
-                    raise SubmitTimeoutError(
-                        f"graph {self.name!r}: no room for execution {self._submitted} "
-                        f"within {timeout} s (submit timeout)") from None
-                self._fail_async(GraphFailedError, "an input channel stayed full past the "
-                                 "submit timeout after other inputs of the execution were "
-                                 "written; the graph cannot stay consistent")
-                raise self._down_error() from None
+                raise SubmitTimeoutError(
+                    f"graph {self.name!r}: no room for execution {self._submitted} "
+                    f"within {timeout} s (submit timeout)") from None
             except ChannelClosedError:
                 raise self._down_error() from None
-            except Exception:
-                if first:  # e.g. an unpicklable argument: nothing was written
-                    raise
-                self._fail_async(GraphFailedError, "an input could not be written after "
-                                 "other inputs of the execution were")
-                raise
+            except PartialSubmitError as exc:
+                self._fail_async(GraphFailedError, "an input could not be written after other "
+                                 f"inputs of the execution were ({exc}); the graph cannot stay "
+                                 "consistent")
+                raise self._down_error() from exc.cause
             e = self._submitted
             self._submitted = e + 1
+            if t0:
+                self.trace_events.append(("submit", e, t0, time.monotonic_ns()))  # type: ignore[union-attr]
         if self._multi:
-            return [Ref(self, e, i) for i in range(len(self._out_pos))]
+            return [Ref(self, e, i) for i in range(self._nrefs)]
         return Ref(self, e, 0)
 
     def _make_room(self) -> None:
-        deadline = None if self.submit_timeout is None else time.monotonic() + self.submit_timeout
+        """Called with the submit lock held when ``capacity`` executions are in flight."""
+        cap, ends = self.config.capacity, self.endpoints
+        if self._raise_at_capacity:
+            raise CapacityExceededError(
+                f"graph {self.name!r}: {self.in_flight()} executions are in flight and the "
+                f"capacity is {cap}; get() results before submitting more, or raise the "
+                "capacity when compiling (max_inflight_executions)")
+        timeout = self.config.submit_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._room:
-            while self._submitted - self._nread >= self.capacity:
+            while self._submitted - min(ends.positions) >= cap:
                 if self._closing:
                     raise self._down_error()
                 self._drain_drops()
-                if len(self._buf) >= self.max_buffered:
+                k = ends.slowest()
+                e = ends.positions[k]
+                if e not in self._recs and len(self._recs) >= self.config.max_buffered_results:
                     left = None if deadline is None else deadline - time.monotonic()
                     if (left is not None and left <= 0) or not self._room.wait(left):
                         raise SubmitTimeoutError(
-                            f"graph {self.name!r}: {len(self._buf)} results are buffered "
-                            f"unread (max_buffered_results={self.max_buffered}); get() or "
-                            "drop older refs")
+                            f"graph {self.name!r}: {len(self._recs)} results are buffered "
+                            f"unread (max_buffered_results="
+                            f"{self.config.max_buffered_results}); get() or drop older refs")
                     continue
                 try:
-                    self._read_next(deadline)
+                    self._read_into(k, deadline)
                 except ChannelTimeoutError:
                     raise SubmitTimeoutError(
-                        f"graph {self.name!r}: {self.capacity} executions in flight and the "
-                        f"oldest did not finish within {self.submit_timeout} s") from None
+                        f"graph {self.name!r}: {cap} executions in flight and the oldest did "
+                        f"not finish within {timeout} s") from None
 
     async def execute_async(self, *args: Any, **kwargs: Any) -> Ref | list[Ref]:
         """``execute()`` for asyncio: waits for room without blocking the event loop.
@@ -228,7 +305,7 @@ class CompiledGraph:
         Raises:
             The same errors as ``execute``.
         """
-        if self._submitted - self._nread < self.capacity:
+        if self.in_flight() < self.config.capacity or self._raise_at_capacity:
             return self.execute(*args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
@@ -241,84 +318,118 @@ class CompiledGraph:
             with self._teardown_lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(
-                        max_workers=max(2, min(self.capacity + 1, 16)),
+                        max_workers=max(2, min(self.config.capacity + 1, 16)),
                         thread_name_prefix=f"cgc-async-{self.gid}")
         return self._pool
 
-    async def _await(self, ref: Ref) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor(), ref.get)
-
     # ------------------------------------------------------------------ fetch
+    def release(self, exec_index: int) -> None:
+        """One ref of ``exec_index`` was dropped unfetched (lock-free; ``Ref.__del__``)."""
+        self._dropped.append(exec_index)
+
     def _drain_drops(self) -> None:
         dq = self._dropped
         while dq:
             e = dq.popleft()
-            entry = self._buf.get(e)
-            if entry is not None:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self._buf[e]
-                    self._room.notify_all()
-            elif e >= self._nread:
-                self._drops[e] = self._drops.get(e, 0) + 1
+            rec = self._recs.get(e)
+            if rec is None:
+                rec = self._recs[e] = _Exec(len(self.endpoints.readers), self._nrefs)
+            rec.refs -= 1
+            self._retire(e, rec)
 
-    def _read_next(self, deadline: float | None) -> None:
-        """Read the next execution's outputs (resumable after a timeout). Holds _read_lock."""
-        vals = self._partial
-        readers = self._out_readers
+    def _retire(self, e: int, rec: _Exec) -> None:
+        if rec.refs <= 0 and rec.missing == 0:
+            del self._recs[e]
+            self._room.notify_all()
+
+    def _read_into(self, k: int, deadline: float | None) -> None:
+        """Read output reader ``k``'s next value into its execution's record."""
+        ends = self.endpoints
+        e = ends.positions[k]
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        t0 = time.monotonic_ns() if self.trace_events is not None else 0
         try:
-            while len(vals) < len(readers):
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                vals.append(readers[len(vals)].read(left))
+            value = ends.read(k, left)
         except ChannelClosedError:
             raise self._down_error() from None
-        self._partial = []
-        e = self._nread
-        self._nread = e + 1
-        left_refs = self.num_outputs - self._drops.pop(e, 0)
-        if left_refs > 0:
-            self._buf[e] = [[vals[p] for p in self._out_pos], left_refs]
+        if t0:
+            self.trace_events.append(  # type: ignore[union-attr]
+                (f"read c{ends.out_channels[k]}", e, t0, time.monotonic_ns()))
+        rec = self._recs.get(e)
+        if rec is None:
+            rec = self._recs[e] = _Exec(len(ends.readers), self._nrefs)
+        rec.vals[k] = value
+        rec.missing -= 1
+        if rec.error is None and type(value) is ErrorValue:
+            rec.error = value
+        self._retire(e, rec)
 
-    def _get(self, ref: Ref, timeout: float | None) -> Any:
+    def _complete(self, e: int, deadline: float | None) -> _Exec:
+        """Read until execution ``e`` is complete (all outputs, or an error). Read lock held.
+
+        Raises:
+            ChannelTimeoutError: the deadline passed (nothing is lost: reads resume later).
+            ResultBufferFullError: completing ``e`` would buffer too many earlier results.
+        """
+        ends = self.endpoints
+        pos = ends.positions
+        limit = self.config.max_buffered_results
+        while True:
+            rec = self._recs.get(e)
+            if rec is not None and rec.done:
+                return rec
+            if self._closing:
+                raise self._down_error()
+            k = next(i for i in range(len(pos)) if pos[i] <= e)
+            if pos[k] < e and pos[k] not in self._recs and len(self._recs) >= limit:
+                raise ResultBufferFullError(
+                    f"graph {self.name!r}: fetching execution {e} would buffer more than "
+                    f"max_buffered_results={limit} earlier results; get() or drop the refs "
+                    f"of executions {pos[k]}..{e - 1} first")
+            self._read_into(k, deadline)
+
+    def fetch(self, ref: Ref, timeout: float | None) -> Any:
+        """The value of ``ref`` (``Ref.get`` calls this); see ``Ref.get`` for errors."""
         if timeout is None:
-            timeout = self.get_timeout
+            timeout = self.config.get_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         e = ref.exec_index
         if not self._read_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
             raise self._timeout_error(e, timeout)
         try:
             self._drain_drops()
-            while e >= self._nread:
-                if self._closing:
-                    raise self._down_error()
-                try:
-                    self._read_next(deadline)
-                except ChannelTimeoutError:
-                    raise self._timeout_error(e, timeout) from None
-            entry = self._buf.get(e)
-            if entry is None:  # cannot happen for a live ref; guard against misuse
-                raise GraphTornDownError(f"result of execution {e} is gone")
-            value = entry[0][ref.output_index]
-            entry[0][ref.output_index] = None
-            entry[1] -= 1
-            if entry[1] <= 0:
-                del self._buf[e]
-                self._room.notify_all()
+            try:
+                rec = self._complete(e, deadline)
+            except ChannelTimeoutError:
+                raise self._timeout_error(e, timeout) from None
+            value = rec.error
+            if value is None:
+                value = rec.vals[self.endpoints.out_index[ref.output_index]]
+            rec.refs -= 1
             ref._done = True
+            self._retire(e, rec)
         finally:
             self._read_lock.release()
         if type(value) is ErrorValue:
             raise to_exception(value)
         return value
 
-    def _timeout_error(self, e: int, timeout: float | None) -> GetTimeoutError:
-        where = self._where_blocked()
-        return GetTimeoutError(
-            f"graph {self.name!r}: execution {e} not ready after {timeout} s (get timeout)"
-            + (";\n  " + "\n  ".join(where) if where else ""))
+    async def fetch_async(self, ref: Ref) -> Any:
+        """``fetch`` on the graph's small thread pool (``await ref`` calls this)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor(), ref.get)
 
-    def _where_blocked(self) -> list[str]:
+    def _timeout_error(self, e: int, timeout: float | None) -> GetTimeoutError:
+        rows = self.where_blocked()
+        err = GetTimeoutError(
+            f"graph {self.name!r}: execution {e} not ready after {timeout} s (get timeout)"
+            + (";\n" + format_blocked(rows) if rows else ""))
+        err.blocked = rows
+        return err
+
+    def where_blocked(self) -> list[dict[str, Any]]:
+        """Where each actor's loop is: rows ``{"actor", "execution", "op", "token",
+        "waiting"}`` (empty when unknown)."""
         if self.monitor is None:
             return []
         try:
@@ -350,6 +461,41 @@ class CompiledGraph:
             self._failed_evt.set()
         threading.Thread(target=self.teardown, name=f"cgc-fail-{self.gid}", daemon=True).start()
 
+    def wake_waiters(self) -> None:
+        """Wake threads waiting for buffered results to be fetched (teardown calls this)."""
+        if self._read_lock.acquire(timeout=2.0):
+            try:
+                self._room.notify_all()
+            finally:
+                self._read_lock.release()
+
+    def close_endpoints(self) -> None:
+        """Close the driver's endpoints once no thread is inside them (teardown step).
+
+        Why the locks: another thread may still be inside a (poisoned) read or write;
+        unmapping under it would fail. Poisoned calls return at once, so the wait is short.
+        """
+        got_submit = self._submit_lock.acquire(timeout=2.0)
+        got_read = self._read_lock.acquire(timeout=2.0)
+        try:
+            if got_submit:
+                self.endpoints.close_inputs()
+            if got_read:
+                self.endpoints.close_outputs()
+                self._room.notify_all()
+        finally:
+            if got_read:
+                self._read_lock.release()
+            if got_submit:
+                self._submit_lock.release()
+
+    def shutdown_pool(self) -> None:
+        """Stop the async helper pool (teardown's last step)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            on_pool = threading.current_thread().name.startswith(f"cgc-async-{self.gid}")
+            pool.shutdown(wait=not on_pool, cancel_futures=True)
+
     def teardown(self) -> None:
         """Stop the loops, close channels, kill the actors the plan created; idempotent.
 
@@ -368,13 +514,12 @@ class CompiledGraph:
             # so that "teardown() returned" always means "nothing is left" - unless this is
             # the monitor, which the first caller joins.
             mon = self.monitor
-            if mon is None or threading.current_thread() is not mon.thread:
-                self._torn_down.wait(self.teardown_timeout + 10)
+            if mon is None or not mon.is_current_thread():
+                self._torn_down.wait(self.config.teardown_timeout + 10)
             return
         try:
             teardown_graph(self)
         finally:
-            self._closed = True
             self._torn_down.set()
             _LIVE.discard(self)
 

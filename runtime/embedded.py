@@ -7,6 +7,12 @@ that module, so the driver and every actor must be able to import it, not only t
 that hosts the class. ``register`` installs a finder that builds such a module from its
 source the first time anything imports it, so nothing runs a model file that no value
 needs.
+
+Trust: registering a module is approving its source to run in this process. The driver
+registers a plan's modules only after ``Plan.start()``'s trust gate
+(``cgc.runtime.trust_gate.require_trusted``) passed; actors register only what the driver
+sends them through Ray's own calls, after that gate. Nothing else in cgc registers, and
+``cgc inspect``/``check``/``viz``/``load`` never do.
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ def plan_modules(plan: pb.Plan) -> dict[str, tuple[str, str]]:
 
 def register(modules: Mapping[str, tuple[str, str]]) -> None:
     """Make ``modules`` importable in this process (built from source on first import).
+
+    Call only for a plan whose trust decision allows it to run (see the module docstring):
+    importing a registered module executes its source.
 
     Example: ``register(plan_modules(plan)); importlib.import_module("cgcmodel_chain")``.
     """

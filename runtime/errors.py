@@ -34,12 +34,15 @@ __all__ = [
     "CgcTimeoutError",
     "GetTimeoutError",
     "SubmitTimeoutError",
+    "CapacityExceededError",
+    "ResultBufferFullError",
     "RefConsumedError",
     "InputMismatchError",
     "PlacementError",
     "SetupError",
     "to_exception",
     "mro_names",
+    "format_blocked",
 ]
 
 
@@ -92,11 +95,25 @@ class CgcTimeoutError(CgcError, TimeoutError):
 
 
 class GetTimeoutError(CgcTimeoutError):
-    """``Ref.get`` timed out; the message says where each actor is blocked when known."""
+    """``Ref.get`` timed out; the message says where each actor is blocked when known.
+
+    ``blocked``: one row per actor, ``{"actor", "execution", "op", "token", "waiting"}``.
+    """
+
+    blocked: list[dict[str, Any]] = []
 
 
 class SubmitTimeoutError(CgcTimeoutError):
     """``execute()`` waited for room (backpressure) longer than the submit timeout."""
+
+
+class CapacityExceededError(CgcError):
+    """``execute()`` at capacity with ``at_capacity="raise"`` (Ray Compiled Graph's behaviour):
+    ``capacity`` executions are in flight; fetch results before submitting more."""
+
+
+class ResultBufferFullError(CapacityExceededError):
+    """Fetching a result would buffer more than ``max_buffered_results`` earlier results."""
 
 
 class RefConsumedError(CgcError):
@@ -200,3 +217,22 @@ def to_exception(ev: Any) -> RemoteError:
     if ev.traceback_text:
         exc.add_note("remote traceback:\n" + ev.traceback_text.rstrip())
     return exc
+
+
+def format_blocked(rows: list[dict[str, Any]]) -> str:
+    """A hang report as an aligned table, one actor per line.
+
+    Example:
+        >>> print(format_blocked([{"actor": "w1", "execution": 3, "op": "1",
+        ...                        "token": "2R:c1 (w1.f#0)", "waiting": "a value on c1"}]))
+          actor  execution  op  blocked in      waiting for
+          w1     3          1   2R:c1 (w1.f#0)  a value on c1
+    """
+    head = ("actor", "execution", "op", "blocked in", "waiting for")
+    body = [(str(r.get("actor", "")), str(r["execution"]) if r.get("execution", -1) >= 0 else "",
+             str(r.get("op", "")), str(r.get("token", "")), str(r.get("waiting", "")))
+            for r in rows]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+             for line in [head, *body]]
+    return "\n".join(lines)

@@ -21,7 +21,9 @@ output; a task with an ``ErrorValue`` input skips its call and forwards it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -37,22 +39,49 @@ from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
-__all__ = ["ActorLoop", "LOOPS", "LOOPS_LOCK"]
+__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "TRACES"]
 
 LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
 LOOPS_LOCK = threading.Lock()
+# graph id -> (prologue, loop) recorders of a traced loop; kept after the loop exits so the
+# driver collects complete traces at teardown (cgc.runtime.actor_calls.collect_trace).
+TRACES: dict[str, tuple[Any, Any]] = {}
 _REDUCE = {pb.SUM: "sum", pb.PRODUCT: "product", pb.MAX: "max", pb.MIN: "min", pb.AVG: "avg"}
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    """What the driver decided at start that every actor's loop needs (sent in round 1).
+
+    Attributes:
+        prefix: the graph's unique name prefix (channel and communicator names).
+        spin_us: busy-wait before a channel wait sleeps.
+        slot_bytes: initial slot size for channels whose plan entry names none.
+        comm_backends: communicator id -> the backend it was bound to ("cpu", "nccl", ...).
+        trace: record a time slice per op (``cgc.runtime.trace``).
+        torch_profile: directory for a torch profiler trace of the loop ("" = off).
+        nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
+    """
+
+    prefix: str
+    spin_us: float = 0.0
+    slot_bytes: int = 0
+    comm_backends: dict[int, str] = field(default_factory=dict)
+    trace: bool = False
+    torch_profile: str = ""
+    nvtx: bool = False
 
 
 class ActorLoop:
     """One actor's part of one graph: endpoints, compiled ops, and the loop thread."""
 
-    def __init__(self, gid: str, plan: pb.Plan, actor: str, obj: Any, opts: dict) -> None:
+    def __init__(self, gid: str, plan: pb.Plan, actor: str, obj: Any,
+                 opts: LoopOptions) -> None:
         self.gid, self.plan, self.actor, self.obj = gid, plan, actor, obj
-        self.prefix: str = opts["prefix"]
-        self.spin_us: float = opts.get("spin_us", 0.0)
-        self.slot_bytes: int = opts.get("slot_bytes", 0)
-        self.force_cpu: bool = opts.get("force_cpu", True)
+        self.opts = opts
+        self.prefix = opts.prefix
+        self.spin_us = opts.spin_us
+        self.slot_bytes = opts.slot_bytes
         idx = [a.name for a in plan.graph.actors].index(actor)
         self.program = plan.lowered.programs[idx]
         self.writers: dict[int, Any] = {}
@@ -108,9 +137,8 @@ class ActorLoop:
                 w.accept(timeout)
         for comm in self.plan.lowered.communicators:
             if self.actor in comm.members:
-                backend = "cpu" if self.force_cpu else (comm.backend or "nccl")
                 self.comms[comm.id] = open_communicator(
-                    backend, f"{self.prefix}-g{comm.id}-",
+                    self.opts.comm_backends[comm.id], f"{self.prefix}-g{comm.id}-",
                     list(comm.members).index(self.actor), len(comm.members))
 
     def warm(self, timeout: float) -> None:
@@ -313,6 +341,24 @@ class ActorLoop:
     def start(self) -> None:
         prologue = self._compile(self.program.prologue, True)
         ops = self._compile(self.program.ops, False)
+        if self.opts.trace:
+            from cgc.runtime.trace import Recorder, traced
+
+            pro_rec, ops_rec = Recorder(), Recorder()
+            with LOOPS_LOCK:
+                TRACES[self.gid] = (pro_rec, ops_rec)
+            offs = [o.exec_offset for o in self.program.ops]
+            prologue = [traced(op, i, lambda: 0, pro_rec) for i, op in enumerate(prologue)]
+            ops = [traced(op, i, lambda off=offs[i]: self.exec + off, ops_rec)
+                   for i, op in enumerate(ops)]
+        if self.opts.nvtx:
+            from cgc.runtime.profiling import nvtx_wrap, require_nvtx
+
+            nv = require_nvtx()
+            prologue = [nvtx_wrap(op, op_text(o, self.plan), nv)
+                        for op, o in zip(prologue, self.program.prologue, strict=True)]
+            ops = [nvtx_wrap(op, op_text(o, self.plan), nv)
+                   for op, o in zip(ops, self.program.ops, strict=True)]
         prefetch = any(o.exec_offset for o in self.program.ops)
         self.thread = threading.Thread(target=self._run, args=(prologue, ops, prefetch),
                                        name=f"cgc-loop-{self.actor}-{self.gid}", daemon=True)
@@ -320,19 +366,14 @@ class ActorLoop:
 
     def _run(self, prologue: list[Any], ops: list[Any], prefetch: bool) -> None:
         tabs = self.tabs
+        profiler: Any = contextlib.nullcontext()
+        if self.opts.torch_profile:
+            from cgc.runtime.profiling import torch_profile
+
+            profiler = torch_profile(self.opts.torch_profile, self.plan.name, self.actor)
         try:
-            for self.pc, op in enumerate(prologue):
-                op()
-            self.in_prologue = False
-            while True:
-                for self.pc, op in enumerate(ops):
-                    op()
-                self.exec += 1
-                if prefetch:
-                    tabs[0] = tabs[1]
-                    tabs[1] = {}
-                else:
-                    tabs[0].clear()
+            with profiler:
+                self._replay(prologue, ops, prefetch)
         except ChannelClosedError:
             pass  # teardown or a poisoned peer: the normal way out
         except BaseException:  # noqa: BLE001 - an executor bug: report it, wake the others
@@ -347,6 +388,22 @@ class ActorLoop:
             self.exited.set()
             with LOOPS_LOCK:
                 LOOPS.pop(self.gid, None)
+
+    def _replay(self, prologue: list[Any], ops: list[Any], prefetch: bool) -> None:
+        """The prologue once, then the ops once per execution until a channel closes."""
+        tabs = self.tabs
+        for self.pc, op in enumerate(prologue):
+            op()
+        self.in_prologue = False
+        while True:
+            for self.pc, op in enumerate(ops):
+                op()
+            self.exec += 1
+            if prefetch:
+                tabs[0] = tabs[1]
+                tabs[1] = {}
+            else:
+                tabs[0].clear()
 
     def poison(self) -> None:
         """Wake every blocked op of this loop (they raise ChannelClosedError)."""
@@ -380,22 +437,33 @@ class ActorLoop:
                 pass
         self.writers, self.readers, self.comms = {}, {}, {}
 
-    def where(self) -> str:
+    def where(self) -> dict[str, Any]:
+        """Where the loop is: ``{"actor", "execution", "op", "token", "waiting"}``."""
         ops = self.program.prologue if self.in_prologue else self.program.ops
+        row: dict[str, Any] = {"actor": self.actor, "execution": self.exec, "op": "",
+                               "token": "", "waiting": ""}
         if self.exited.is_set():
-            return f"{self.actor}: loop exited"
+            return {**row, "waiting": "loop exited"}
         if not 0 <= self.pc < len(ops):
-            return f"{self.actor}: starting (execution {self.exec})"
-        part = "prologue" if self.in_prologue else f"execution {self.exec}"
+            return {**row, "waiting": "starting"}
         op = ops[self.pc]
         low = self.plan.lowered
-        if op.kind in (pb.READ, pb.RECV):
-            doing = f"waiting for channel {op.channel} from {low.channels[op.channel - 1].writer}"
-        elif op.kind in (pb.WRITE, pb.SEND):
+        row["execution"] = self.exec + (op.exec_offset if not self.in_prologue else 0)
+        row["op"] = f"{'prologue ' if self.in_prologue else ''}{self.pc}"
+        row["token"] = op_text(op, self.plan)
+        if op.kind == pb.READ:
+            doing = f"a value on channel c{op.channel} from {low.channels[op.channel - 1].writer}"
+        elif op.kind == pb.WRITE:
             readers = ", ".join(low.channels[op.channel - 1].readers)
-            doing = f"waiting to put channel {op.channel} to {readers}"
+            doing = f"room on channel c{op.channel} (readers {readers})"
+        elif op.kind in (pb.SEND, pb.RECV):
+            ch = low.channels[op.channel - 1]
+            side = "to" if op.kind == pb.SEND else "from"
+            doing = (f"rendezvous {side} {op.peer} on communicator {ch.communicator} "
+                     f"(c{op.channel}, seq {op.seq})")
         elif op.kind == pb.COMPUTE:
-            doing = "running the method"
+            doing = f"the method {self.plan.graph.nodes[op.task].method} to return"
         else:
-            doing = "in the collective"
-        return f"{self.actor}: {part}, op {self.pc} {op_text(op, self.plan)}: {doing}"
+            doing = f"the other members of the collective (seq {op.seq})"
+        row["waiting"] = doing
+        return row

@@ -39,6 +39,10 @@ class Monitor:
     def start(self) -> None:
         self.thread.start()
 
+    def is_current_thread(self) -> bool:
+        """True when called from the monitor's own thread."""
+        return threading.current_thread() is self.thread
+
     def stop(self) -> None:
         """Stop polling and join (unless called from the monitor thread itself)."""
         self._stop.set()
@@ -67,7 +71,7 @@ class Monitor:
 
         while not self._stop.is_set() and self.waiters:
             ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
-            if not ready or self._stop.is_set() or self.graph._closing:
+            if not ready or self._stop.is_set() or self.graph.closing:
                 continue
             # Give the others a moment: a crash poisons channels, and the loops it wakes
             # exit cleanly right after; report the real cause, not the first clean exit.
@@ -75,7 +79,7 @@ class Monitor:
             reasons = [self._classify(r) for r in dict.fromkeys(ready + more)]
             reasons.sort(key=lambda x: x[0])
             _, cls, msg, kw = reasons[0]
-            if not self.graph._closing:
+            if not self.graph.closing:
                 self.graph.fail(cls, msg, **kw)
             return
 
@@ -87,7 +91,7 @@ class Monitor:
         try:
             crash = ray.get(ref, timeout=5)
         except ray.exceptions.RayActorError as exc:
-            g.dead.add(name)
+            g.mark_dead(name)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return (0, ActorDiedError,
                     f"graph {g.name!r}: actor {name} died ({first}); the graph was torn down",
@@ -103,23 +107,31 @@ class Monitor:
         return (2, GraphFailedError,
                 f"graph {g.name!r}: actor {name}'s loop stopped (a peer failed)", {})
 
-    def where_blocked(self, timeout: float = 1.0) -> list[str]:
-        """Ask each live actor which op its loop is at (one line each; for timeouts)."""
+    def where_blocked(self, timeout: float = 1.0) -> list[dict[str, Any]]:
+        """Ask each live actor which op its loop is at (for timeout reports).
+
+        One row per actor: ``{"actor", "execution", "op", "token", "waiting"}``.
+        """
         import ray
 
         from cgc.runtime.actor_calls import where_blocked
 
         g = self.graph
-        names = [n for n in g.actors if n not in g.dead]
+        names = [n for n in g.actors if n not in g.dead_actors]
         refs = [g.actors[n].__ray_call__.remote(where_blocked, g.gid) for n in names]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         out = []
         for n, r in zip(names, refs, strict=True):
+            row = {"actor": n, "execution": -1, "op": "", "token": "", "waiting": ""}
             if r in ready:
                 try:
-                    out.append(ray.get(r))
+                    row.update({k: v for k, v in ray.get(r).items() if v != ""})
+                    row["actor"] = n
                 except Exception as exc:  # noqa: BLE001
-                    out.append(f"{n}: unknown ({type(exc).__name__})")
+                    row["waiting"] = f"unknown ({type(exc).__name__})"
             else:
-                out.append(f"{n}: not answering (busy in a method call?)")
+                row["waiting"] = "not answering (busy in a method call?)"
+            out.append(row)
+        for n in sorted(g.dead_actors):
+            out.append({"actor": n, "execution": -1, "op": "", "token": "", "waiting": "dead"})
         return out

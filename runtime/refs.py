@@ -44,6 +44,8 @@ class Ref:
             RemoteError: the method raised; also an instance of the original exception
                 type, naming actor, method and execution index.
             GetTimeoutError: not ready in time (says where each actor is blocked).
+            ResultBufferFullError: fetching it would buffer more than
+                ``max_buffered_results`` earlier results.
             ActorDiedError / GraphFailedError: an actor or its loop failed.
             GraphTornDownError: the graph was torn down before the value was read.
             RefConsumedError: this ref was already fetched.
@@ -53,15 +55,15 @@ class Ref:
                 f"the result of execution {self.exec_index} (output {self.output_index}) was "
                 "already fetched; each ref can be fetched once"
             )
-        return self._graph._get(self, timeout)
+        return self._graph.fetch(self, timeout)
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self._graph._await(self).__await__()
+        return self._graph.fetch_async(self).__await__()
 
     def __del__(self) -> None:
         if not self._done:
             try:
-                self._graph._dropped.append(self.exec_index)
+                self._graph.release(self.exec_index)
             except Exception:  # noqa: BLE001 - interpreter shutdown
                 pass
 

@@ -21,7 +21,6 @@ Example: ``graph = start_graph(plan, None)`` (what ``Plan.start()`` calls).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 import uuid
@@ -29,62 +28,28 @@ from typing import Any
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.defaults import RunConfig
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.driver import CompiledGraph
+from cgc.runtime.driver_io import input_picker
 from cgc.runtime.embedded import plan_modules, register
-from cgc.runtime.endpoints import DEFAULT_SLOTS
 from cgc.runtime.errors import CgcError, SetupError
-from cgc.runtime.wire import PING, Ping, input_value
+from cgc.runtime.profiling import check_profiler_options
+from cgc.runtime.wire import PING, Ping
 
-__all__ = ["start_graph", "resolve_config", "DEFAULTS"]
+__all__ = ["start_graph", "comm_backends"]
 
 log = logging.getLogger("cgc.runtime")
 
-# Used when the plan's config leaves a field at 0 (hand-built or old plans).
-DEFAULTS = {"capacity": 4, "submit_timeout": 30.0, "get_timeout": None,
-            "teardown_timeout": 10.0, "setup_timeout": 120.0, "max_buffered_results": 1000}
 
+def comm_backends(proto: pb.Plan, drop_gpus: bool) -> dict[int, str]:
+    """How each communicator of the plan is bound: communicator id -> backend.
 
-def _limit(v: float | None) -> float | None:
-    """0, negative or infinite means "no limit" (None)."""
-    if v is None or v <= 0 or math.isinf(v):
-        return None
-    return float(v)
-
-
-def resolve_config(proto: pb.Plan, **over: Any) -> dict[str, Any]:
-    """Effective run settings: ``start()`` overrides > ``plan.config`` > ``DEFAULTS``.
-
-    Example: ``resolve_config(plan, get_timeout=5)["get_timeout"] == 5.0``.
+    Without GPUs (or with ``communicator="cpu"``) every communicator runs on the CPU
+    communicator; otherwise the plan's backend stands.
     """
-    c = proto.config
-
-    def pick(name: str, field: float) -> float | None:
-        if over.get(name) is not None:
-            return _limit(over[name])
-        return _limit(field) if field else DEFAULTS[name]
-
-    return {
-        "capacity": int(over.get("capacity") or c.capacity or DEFAULTS["capacity"]),
-        "submit_timeout": pick("submit_timeout", c.submit_timeout_s),
-        "get_timeout": pick("get_timeout", c.get_timeout_s),
-        "teardown_timeout": pick("teardown_timeout", c.teardown_timeout_s) or 3600.0,
-        "setup_timeout": pick("setup_timeout", c.setup_timeout_s) or 3600.0,
-        "spin_us": float(over["spin_us"] if over.get("spin_us") is not None else c.spin_us),
-        "slot_bytes": int(c.default_slot_bytes),
-        "max_buffered_results": int(c.max_buffered_results
-                                    or DEFAULTS["max_buffered_results"]),
-        "host_transport": over.get("host_transport") or "auto",
-    }
-
-
-def _input_picker(node: pb.Node) -> Any:
-    if node.kind == pb.INPUT:
-        return input_value
-    index, field = node.index, (node.field if node.key_kind == pb.FIELD else None)
-    if field is None:
-        return lambda args, kwargs: args[index]
-    return lambda args, kwargs: kwargs[field]
+    return {c.id: ("cpu" if drop_gpus else c.backend or "nccl")
+            for c in proto.lowered.communicators}
 
 
 def _tcp_channels(low: pb.Lowered, node: dict[str, str], mode: str) -> set[int]:
@@ -123,44 +88,36 @@ def _gather(refs: dict[Any, str], deadline: float, what: str) -> dict[str, Any]:
     return out
 
 
-def start_graph(plan: Any, address: str | None, *, communicator: str = "auto",
-                **overrides: Any) -> CompiledGraph:
+def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGraph:
     """Start ``plan`` on Ray (see module docstring); return the running graph.
 
+    ``overrides`` are ``RunConfig`` fields (``None`` = the plan's value).
+
     Raises:
-        PlanFormatError, PlacementError, SetupError.
+        ConfigError: a bad override. VerifyError: the plan is malformed or can deadlock.
+        PlacementError, SetupError.
     """
     from cgc.runtime.actors import make_actors
     from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice
-    from cgc.runtime.plan import check_runnable
+    from cgc.verify import verify_plan
 
     t0 = time.perf_counter()
     proto = plan.proto
-    check_runnable(proto)
+    # The same structure check and deadlock verifier as `cgc check`: a plan file is an
+    # input from a stranger until proven otherwise.
+    verify_plan(proto)
+    cfg = RunConfig.from_plan(proto.config, **overrides)
+    check_profiler_options(cfg.torch_profile, cfg.nvtx)
     # Results may be instances of classes from the model file: make it importable here.
     register(plan_modules(proto))
-    if communicator not in ("auto", "cpu", "nccl"):
-        raise SetupError(f"communicator must be 'auto', 'cpu' or 'nccl', not {communicator!r}")
-    cfg = resolve_config(proto, **overrides)
-    info = ensure_ray(proto, address, communicator)
+    info = ensure_ray(proto, address, cfg.communicator)
     notice = gpu_notice(proto, info)
     if notice:
         log.warning(notice)
     check_placement(proto, info.drop_gpus)
-    # Why the clamp: with no more executions in flight than the driver's channels hold,
-    # no actor ever blocks writing a result the driver has not read yet, so execute()'s
-    # input writes always drain (the capacity pass computes it this way too).
-    driver_chans = list(proto.lowered.input_channels) + list(proto.lowered.output_channels)
-    room = min((proto.lowered.channels[c - 1].slots or DEFAULT_SLOTS for c in driver_chans),
-               default=cfg["capacity"])
-    if cfg["capacity"] > room:
-        if overrides.get("capacity"):
-            log.warning("cgc: capacity %d exceeds the %d slots of the driver's channels; "
-                        "using %d", cfg["capacity"], room, room)
-        cfg["capacity"] = room
     gid = uuid.uuid4().hex[:10]
     graph = CompiledGraph(plan, gid, f"cgc-{os.getpid()}-{gid}", cfg)
-    deadline = time.monotonic() + cfg["setup_timeout"]
+    deadline = time.monotonic() + cfg.setup_timeout
     try:
         graph.actors, graph.created = make_actors(plan, info.drop_gpus)
         _setup_rounds(graph, proto, cfg, info, deadline)
@@ -170,31 +127,38 @@ def start_graph(plan: Any, address: str | None, *, communicator: str = "auto",
             raise
         raise SetupError(f"starting plan {proto.name!r} failed: {type(exc).__name__}: "
                          f"{exc}") from exc
-    graph._register()
+    graph.register()
     graph.setup_seconds = time.perf_counter() - t0
     return graph
 
 
-def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
+def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: Any,
                   deadline: float) -> None:
     from cgc.runtime import actor_calls as ex
     from cgc.runtime.endpoints import open_host_reader, open_host_writer
+    from cgc.runtime.executor import LoopOptions
     from cgc.runtime.monitor import Monitor
 
     handles = graph.actors
     low = proto.lowered
-    opts = {"prefix": graph.prefix, "spin_us": cfg["spin_us"], "slot_bytes": cfg["slot_bytes"],
-            "force_cpu": info.drop_gpus}
+    backends = comm_backends(proto, info.drop_gpus)
+    opts = LoopOptions(prefix=graph.prefix, spin_us=cfg.spin_us, slot_bytes=cfg.slot_bytes,
+                       comm_backends=backends, trace=bool(cfg.trace),
+                       torch_profile=cfg.torch_profile, nvtx=cfg.nvtx)
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n
                       for n, h in handles.items()}, deadline, "starting the actors")
     node = {n: p["node"] for n, p in probes.items()}
     node[DRIVER] = info.driver_node
-    tcp = _tcp_channels(low, node, cfg["host_transport"])
+    graph.actor_nodes = node
+    tcp = _tcp_channels(low, node, cfg.host_transport)
     graph.channel_bindings = {
         ch.id: ("tcp" if ch.id in tcp else "shm") for ch in low.channels if ch.kind == pb.CHAN_HOST
     }
+    for ch in low.channels:
+        if ch.kind == pb.CHAN_NCCL:
+            graph.channel_bindings[ch.id] = backends[ch.communicator]
     # Round 2: writers create their rings (or TCP listeners); the driver its input ones.
     import ray
 
@@ -202,42 +166,37 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: dict, info: Any,
     refs = {h.__ray_call__.remote(ex.setup_writers, graph.gid, tcp, probes[n]["ip"]): n
             for n, h in handles.items()}
     by_id = {c.id: c for c in low.channels}
+    ends = graph.endpoints
     addrs: dict[int, tuple[str, int]] = {}
     for cid in dict.fromkeys(low.input_channels):
         ch = by_id[cid]
-        w = open_host_writer(ch, graph.prefix, tcp=cid in tcp, spin_us=cfg["spin_us"],
-                             default_slot_bytes=cfg["slot_bytes"])
+        w = open_host_writer(ch, graph.prefix, tcp=cid in tcp, spin_us=cfg.spin_us,
+                             default_slot_bytes=cfg.slot_bytes)
         if cid in tcp:
             addrs[cid] = (my_ip, w.port)
-        graph._in_writers.append(w)
-        graph._inputs.append((w.write, _input_picker(proto.graph.nodes[ch.source.node])))
+        ends.add_input(w, input_picker(proto.graph.nodes[ch.source.node]))
     for got in _gather(refs, deadline, "creating channels").values():
         addrs.update(got)
     # Round 3: attach/connect, warm every edge, start the loops.
     left = max(1.0, deadline - time.monotonic())
     refs = {h.__ray_call__.remote(ex.setup_start, graph.gid, left, addrs): n
             for n, h in handles.items()}
-    uniq = list(dict.fromkeys(low.output_channels))
     try:
-        for cid in uniq:  # connect before accepting: see ActorLoop.open_readers_and_comms
-            graph._out_readers.append(open_host_reader(
+        for cid in ends.out_channels:  # connect before accepting: see ActorLoop.open_readers
+            ends.add_output(open_host_reader(
                 by_id[cid], graph.prefix, DRIVER, addrs[cid] if cid in tcp else None,
-                spin_us=cfg["spin_us"], timeout=left))
-        for cid, w in zip(dict.fromkeys(low.input_channels), graph._in_writers, strict=True):
+                spin_us=cfg.spin_us, timeout=left))
+        for cid, w in zip(dict.fromkeys(low.input_channels), ends.writers, strict=True):
             if cid in tcp:
                 w.accept(left)
-        for w in graph._in_writers:
-            w.write(PING, left)
+        ends.write_warmup(PING, left)
     except (ChannelClosedError, ChannelTimeoutError):
         pass  # an actor's set-up failed and poisoned its channels: _gather says why
-    graph._out_pos = [uniq.index(c) for c in low.output_channels]
     _gather(refs, deadline, "warming up the channels")
-    for r in graph._out_readers:
-        v = r.read(max(0.1, deadline - time.monotonic()))
-        if type(v) is not Ping:
-            raise SetupError(f"warm-up: the driver read {v!r} instead of the warm-up marker")
+    warm = ends.read_warmup(max(0.1, deadline - time.monotonic()))
+    if any(type(v) is not Ping for v in warm):
+        raise SetupError(f"warm-up: the driver read {warm!r} instead of the warm-up markers")
     waiters = {h.__ray_call__.options(concurrency_group="_ray_system").remote(
         ex.wait_loop, graph.gid): n for n, h in handles.items()}
     graph.monitor = Monitor(graph, waiters)
     graph.monitor.start()
-

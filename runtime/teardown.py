@@ -14,7 +14,6 @@ Example: ``teardown_graph(graph)`` (``CompiledGraph.teardown`` calls it once).
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -28,11 +27,7 @@ def poison_all(graph: Any) -> None:
     """Poison the driver's endpoints and every host ring of the graph on this node."""
     from cgc.runtime.endpoints import poison_channel
 
-    for ep in list(graph._in_writers) + list(graph._out_readers):
-        try:
-            ep.poison()  # also reaches TCP channels, which have no name to poison by
-        except Exception:  # noqa: BLE001 - best effort
-            pass
+    graph.endpoints.poison()  # also reaches TCP channels, which have no name to poison by
     for ch in graph.plan.proto.lowered.channels:
         if ch.kind == pb.CHAN_HOST:
             try:
@@ -52,44 +47,75 @@ def teardown_graph(g: Any) -> None:
             cleanup_segments(g.prefix)
         except Exception:  # noqa: BLE001
             pass
-        pool, g._pool = g._pool, None
-        if pool is not None:
-            on_pool = threading.current_thread().name.startswith(f"cgc-async-{g.gid}")
-            pool.shutdown(wait=not on_pool, cancel_futures=True)
+        g.shutdown_pool()
 
 
 def _stop_everything(g: Any) -> None:
     import ray
 
     poison_all(g)  # first: a get() blocked in a read holds the read lock until it wakes
-    if g._read_lock.acquire(timeout=2.0):
-        try:  # an execute() waiting for buffered results to be fetched: wake it
-            g._room.notify_all()
-        finally:
-            g._read_lock.release()
-    live = {n: h for n, h in g.actors.items() if n not in g.dead}
+    g.wake_waiters()  # an execute() waiting for buffered results to be fetched
+    dead = g.dead_actors
+    live = {n: h for n, h in g.actors.items() if n not in dead}
     ray_up = ray.is_initialized()
-    stops = []
     if ray_up:
         from cgc.runtime.actor_calls import stop_loop
 
+        stops = []
         for h in live.values():
             try:
                 stops.append(h.__ray_call__.remote(stop_loop, g.gid))
             except (Exception, SystemExit):  # noqa: BLE001 - the actor or Ray may be gone
                 pass
-        waits = (g.monitor.loop_refs(g.dead) if g.monitor is not None
+        waits = (g.monitor.loop_refs(dead) if g.monitor is not None
                  else dict(zip(stops, live, strict=False)))
         _wait_loops(g, waits)
     if g.monitor is not None:
         g.monitor.stop()
-    _close_driver_endpoints(g)
+    if ray_up and g.config.trace:
+        _write_trace(g, live)
+    g.close_endpoints()
     if ray_up:
         for name in g.created:
             try:
                 ray.kill(g.actors[name], no_restart=True)
             except (Exception, SystemExit):  # noqa: BLE001 - already dead, or Ray is gone
                 pass
+
+
+def _write_trace(g: Any, live: dict[str, Any]) -> None:
+    """Collect every live actor's recorded slices and write the graph's trace file."""
+    import time
+
+    import ray
+
+    from cgc.plan_schema import DRIVER
+    from cgc.runtime.actor_calls import collect_trace
+    from cgc.runtime.trace import write_chrome_trace
+
+    t0 = time.monotonic_ns()
+    refs = {h.__ray_call__.remote(collect_trace, g.gid): n for n, h in live.items()}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
+    mid = (t0 + time.monotonic_ns()) // 2
+    actors = []
+    for r in ready:
+        try:
+            got = ray.get(r)
+        except Exception:  # noqa: BLE001 - an actor that died has no trace to give
+            continue
+        if got is None:
+            continue
+        name = refs[r]
+        same_node = g.actor_nodes.get(name) == g.actor_nodes.get(DRIVER)
+        got["offset_ns"] = 0 if same_node else mid - got["clock_ns"]
+        actors.append({"actor": name, **got})
+    order = {a.name: i for i, a in enumerate(g.plan.proto.graph.actors)}
+    actors.sort(key=lambda a: order[a["actor"]])
+    try:
+        n = write_chrome_trace(g.config.trace, g.plan.proto, actors, g.trace_events or [])
+        log.info("cgc: wrote %d slices to %s", n, g.config.trace)
+    except OSError as exc:
+        log.warning("cgc: cannot write the trace to %s: %s", g.config.trace, exc)
 
 
 def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
@@ -107,8 +133,9 @@ def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
         return
     deadline = time.monotonic() + g.teardown_timeout
     try:
-        _, pending = ray.wait(list(waits), num_returns=len(waits),
-                              timeout=min(g.teardown_timeout, 2.0))
+        # A loop under the torch profiler writes its trace as it exits: give it the time.
+        first = g.teardown_timeout if g.config.torch_profile else min(g.teardown_timeout, 2.0)
+        _, pending = ray.wait(list(waits), num_returns=len(waits), timeout=first)
         external = [r for r in pending if waits[r] not in g.created]
         if external:
             _, pending = ray.wait(external, num_returns=len(external),
@@ -121,32 +148,3 @@ def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
         log.warning("cgc: graph %r: the loops of %s did not stop within %.1f s (busy in a "
                     "method call?); they exit when it returns", g.name, ", ".join(stuck),
                     g.teardown_timeout)
-
-
-def _close_driver_endpoints(g: Any) -> None:
-    # Why the locks: another thread may still be inside a (now poisoned) read or write;
-    # unmapping under it would fail. Poisoned calls return at once, so the wait is short.
-    got_submit = g._submit_lock.acquire(timeout=2.0)
-    got_read = g._read_lock.acquire(timeout=2.0)
-    try:
-        if got_submit:
-            for w in g._in_writers:
-                try:
-                    w.close()
-                except Exception:  # noqa: BLE001
-                    pass
-            g._in_writers = []
-            g._inputs = []
-        if got_read:
-            for r in g._out_readers:
-                try:
-                    getattr(r, "detach", r.close)()  # TCP readers only close
-                except Exception:  # noqa: BLE001
-                    pass
-            g._out_readers = []
-            g._room.notify_all()
-    finally:
-        if got_read:
-            g._read_lock.release()
-        if got_submit:
-            g._submit_lock.release()

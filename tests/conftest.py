@@ -12,6 +12,22 @@ import pytest
 TEST_CLUSTER_CPUS = 16
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cgc_config_dir(tmp_path_factory):
+    """The tests' cgc config folder (signing key, trusted keys): never the real home's.
+
+    Set in the environment, so CLI subprocesses use it too.
+    """
+    path = tmp_path_factory.mktemp("cgc-config")
+    old = os.environ.get("CGC_CONFIG_DIR")
+    os.environ["CGC_CONFIG_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("CGC_CONFIG_DIR", None)
+    else:
+        os.environ["CGC_CONFIG_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """Start (or join) the session's local Ray cluster and return its address info."""
@@ -48,3 +64,15 @@ def require_tool() -> Callable[[str], None]:
         pytest.skip(message)
 
     return require
+
+@pytest.fixture(scope="session")
+def ray_address(ray_cluster) -> str:
+    """The GCS address of the session's cluster, for subprocesses that join it.
+
+    Why not "auto": "auto" joins the most recently started cluster on the machine, which
+    need not be this session's when other Ray sessions run beside the tests.
+    """
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+

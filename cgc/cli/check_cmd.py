@@ -23,12 +23,20 @@ __all__ = ["check_cmd"]
     help="Executions to step (default: the plan's capacity + 2).",
 )
 def check_cmd(plan_path: Path, executions: int | None) -> None:
-    """Verify PLAN: magic, version, checksum, structure, and no deadlock."""
+    """Verify PLAN: magic, version, checksum, structure, and no deadlock.
+
+    Also says who signed it and what in it needs trust. Checking runs nothing from the plan.
+    """
+    from cgc.cli.trust_text import trust_lines
+    from cgc.plan_schema.planfile import open_plan
     from cgc.verify import check_plan_file
 
     report = check_plan_file(plan_path, executions)
+    pf = open_plan(plan_path)
     click.echo(
         f"ok: {plan_path}: {report.programs} programs, {report.channels} channels; "
         f"stepped {report.executions} executions ({report.ops_stepped} ops) with "
         f"capacity {report.capacity}: no deadlock"
     )
+    for line in trust_lines(pf, detail=False):
+        click.echo(f"  {line}")

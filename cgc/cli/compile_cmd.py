@@ -1,4 +1,5 @@
-"""``cgc compile FILE[:ATTR] -o PLAN``: model file → verified .cgplan, with a short summary."""
+"""``cgc compile FILE[:ATTR] -o PLAN``: model file → verified .cgplan, signed with the user's
+key (``--no-sign`` skips it), with a short summary."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ __all__ = ["compile_cmd", "summarize"]
     help="Overlap communication with compute [default: where it helps].",
 )
 @click.option(
+    "--no-sign",
+    is_flag=True,
+    help="Do not sign the plan with your key (it then needs --trust if it embeds code).",
+)
+@click.option(
     "--cost",
     "costs",
     multiple=True,
@@ -40,12 +46,14 @@ def compile_cmd(
     output: Path | None,
     allow_pickle: bool,
     overlap: bool | None,
+    no_sign: bool,
     costs: tuple[str, ...],
 ) -> None:
     """Compile the graph of a model file into a plan.
 
     The graph comes from build_dag() unless ATTR names another function or a DAG node;
-    example_inputs(), if defined, is stored for `cgc run`.
+    example_inputs(), if defined, is stored for `cgc run`. The plan is signed with your
+    key (made on first use, see `cgc keys show`), so it runs here without --trust.
     """
     from cgc.api import compile_file
     from cgc.model_file import split_target
@@ -55,9 +63,14 @@ def compile_cmd(
     plan = compile_file(
         target, allow_pickle=allow_pickle, overlap=overlap, costs=_parse_costs(costs)
     )
-    plan.save(out)
+    plan.save(out, sign=not no_sign)
     data = out.read_bytes()
     click.echo(summarize(plan.proto, target, out, data))
+    from cgc.cli.trust_text import trust_lines
+    from cgc.plan_schema.planfile import open_plan_bytes
+
+    for line in trust_lines(open_plan_bytes(data, str(out)), detail=False):
+        click.echo(f"  {line}")
 
 
 def _parse_costs(items: tuple[str, ...]) -> dict[str, float]:
@@ -96,6 +109,4 @@ def summarize(proto, target: str, out: Path, data: bytes | None) -> str:  # noqa
     ]
     if proto.has_example_inputs:
         lines.append(f"  example inputs stored: run it with `cgc run {out}`")
-    if proto.needs_trust:
-        lines.append("  note: holds pickled constants; loading it needs --trust")
     return "\n".join(lines)

@@ -83,17 +83,24 @@ def _inputs(plan: Any, input_json: str | None) -> tuple[list[Any], dict[str, Any
               help="Override the plan's submit timeout (0 = none).")
 @click.option("--get-timeout", type=float, default=None, metavar="S",
               help="Override the plan's get timeout (0 = none).")
-@click.option("--trust", is_flag=True, help="Load a plan that holds pickled values.")
+@click.option("--trust", is_flag=True,
+              help="Run a plan that embeds code, pickles, a runtime_env or external actors "
+              "although no key you trust signed it.")
 def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             input_json: str | None, as_json: bool, submit_timeout: float | None,
             get_timeout: float | None, trust: bool) -> None:
-    """Run PLAN on Ray and report latency percentiles, throughput and set-up time."""
+    """Run PLAN on Ray and report latency percentiles, throughput and set-up time.
+
+    A plan that would run code from the file runs only when signed by your key or a key
+    in your trusted-keys file, or with --trust; otherwise cgc lists what would run and
+    exits with code 4.
+    """
     import time
 
     from cgc.runtime import load
 
-    plan = load(plan_path, trust=trust)
-    args, kwargs = _inputs(plan, input_json)
+    plan = load(plan_path, trust=trust)  # refuses (exit 4, with the summary) when untrusted
+    args, kwargs = _inputs(plan, input_json)  # may unpickle: only after the decision
     with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout) as graph:
         def once() -> Any:
             r = graph.execute(*args, **kwargs)

@@ -27,7 +27,7 @@ def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool
     from cgc import viz
     from cgc.plan_schema.planfile import read_plan
 
-    plan = read_plan(plan_path, trust=True)  # drawing never runs the plan's code
+    plan = read_plan(plan_path, trust=True)  # drawing never unpickles or executes anything
     if as_ascii:
         click.echo(viz.ascii_view(plan), nl=False)
         return

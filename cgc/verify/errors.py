@@ -1,8 +1,8 @@
-"""Errors the verifier raises; both exit the CLI with code 5 (EXIT_VERIFY)."""
+"""Errors the verifier raises: a malformed plan exits 4 (EXIT_INVALID_PLAN), a deadlock 5."""
 
 from __future__ import annotations
 
-from cgc.plan_schema.errors import EXIT_VERIFY, CgcError
+from cgc.plan_schema.errors import EXIT_INVALID_PLAN, EXIT_VERIFY, CgcError, PlanFormatError
 
 __all__ = ["VerifyError", "DeadlockError", "PlanStructureError"]
 
@@ -13,8 +13,13 @@ class VerifyError(CgcError):
     exit_code = EXIT_VERIFY
 
 
-class PlanStructureError(VerifyError):
-    """A structural check failed (bad id, dangling reference, missing or doubled op, ...)."""
+class PlanStructureError(VerifyError, PlanFormatError):
+    """A structural check failed (bad id, dangling reference, missing or doubled op, ...).
+
+    Also a ``PlanFormatError``: a malformed plan is not a valid plan file (exit code 4).
+    """
+
+    exit_code = EXIT_INVALID_PLAN
 
 
 class DeadlockError(VerifyError):

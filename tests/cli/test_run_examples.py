@@ -51,7 +51,7 @@ def _close(a, b) -> bool:
 
 
 @pytest.mark.parametrize("example", sorted(EXPECTED))
-def test_example_runs_with_right_outputs(ray_cluster, example, tmp_path):
+def test_example_runs_with_right_outputs(ray_address, example, tmp_path):
     plan = tmp_path / f"{example}.cgplan"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     compiled = subprocess.run(
@@ -83,7 +83,7 @@ def test_example_runs_with_right_outputs(ray_cluster, example, tmp_path):
             "--warmup",
             "1",
             "--address",
-            "auto",
+            ray_address,
             "--json",
         ],
         capture_output=True,
@@ -110,7 +110,7 @@ def test_example_runs_through_the_python_api(ray_cluster, example):
     assert _close(out, EXPECTED[example]()), out
 
 
-def test_run_reports_a_user_exception_with_its_line(ray_cluster, tmp_path):
+def test_run_reports_a_user_exception_with_its_line(ray_address, tmp_path):
     model = tmp_path / "raising.py"
     model.write_text(
         "import cgc\nfrom cgc import InputNode\n\n\n@cgc.actor\nclass W:\n"
@@ -122,7 +122,7 @@ def test_run_reports_a_user_exception_with_its_line(ray_cluster, tmp_path):
     cli = [sys.executable, "-m", "cgc.cli.main"]
     assert subprocess.run([*cli, "compile", str(model), "-o", str(plan)]).returncode == 0
     ran = subprocess.run(
-        [*cli, "run", str(plan), "--address", "auto", "--iters", "2"],
+        [*cli, "run", str(plan), "--address", ray_address, "--iters", "2"],
         capture_output=True,
         text=True,
         timeout=180,

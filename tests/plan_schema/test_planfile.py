@@ -88,13 +88,54 @@ def test_garbage_header():
         read_plan_bytes(data, "bad.cgplan")
 
 
-def test_pickled_plan_needs_trust():
+def _pickled_plan() -> pb.Plan:
     plan = _plan()
-    plan.needs_trust = True
-    data = write_plan_bytes(plan)
-    with pytest.raises(UntrustedPlanError, match="trust"):
+    plan.example_args.add(pickled=b"\x80\x05K\x01.")  # pickle of 1
+    return plan
+
+
+def test_the_header_bit_decides_nothing():
+    plan = _pickled_plan()
+    data = _with_header(write_plan_bytes(plan), lambda h: setattr(h, "needs_trust", False))
+    with pytest.raises(UntrustedPlanError, match="pickled value at example input 0"):
         read_plan_bytes(data, "p.cgplan", trust=False)
-    assert read_plan_bytes(data, trust=True).needs_trust
+    assert read_plan_bytes(data, trust=True).example_args[0].pickled  # inspecting readers
+    plain = _with_header(write_plan_bytes(_plan()), lambda h: setattr(h, "needs_trust", True))
+    assert read_plan_bytes(plain, "p.cgplan", trust=False).name == "p"
+
+
+def test_the_writer_sets_the_bit_from_content():
+    assert _header(write_plan_bytes(_pickled_plan())).needs_trust
+    assert not _header(write_plan_bytes(_plan())).needs_trust
+
+
+def _header(data: bytes) -> pb.PlanHeader:
+    (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
+    return pb.PlanHeader.FromString(data[len(MAGIC) + 4 : len(MAGIC) + 4 + hlen])
+
+
+def test_signed_plans_are_deterministic_and_verify():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from cgc.plan_schema import signing
+    from cgc.plan_schema.planfile import open_plan_bytes
+
+    key = Ed25519PrivateKey.generate()
+    data = write_plan_bytes(_plan(), key=key)
+    assert write_plan_bytes(_plan(), key=key) == data
+    header = _header(data)
+    assert header.signer_key == signing.public_key_bytes(key) and len(header.signature) == 64
+    pf = open_plan_bytes(data, "s.cgplan")
+    assert pf.signature_valid and pf.plan.name == "p"
+    # The signature is over the digest of the exact payload bytes and the format version.
+    payload = data[len(data) - header.payload_len :]
+    message = signing.signed_message(header.format_version.major,
+                                     header.format_version.minor, len(payload),
+                                     hashlib.sha256(payload).digest())
+    assert signing.verify(header.signer_key, header.signature, message)
+    bumped = _with_header(data, lambda h: setattr(h.format_version, "minor", 9))
+    assert not open_plan_bytes(bumped).signature_valid
+    assert not open_plan_bytes(write_plan_bytes(_plan())).signature_valid  # unsigned
 
 
 def test_missing_file(tmp_path):

@@ -58,3 +58,23 @@ def test_encoding_is_deterministic():
 def test_value_text_is_short():
     assert value_to_text(encode_value(np.zeros((2, 3), np.float32))[0]) == "numpy:<f4[2,3]"
     assert value_to_text(encode_value("x" * 100)[0]).endswith("...")
+
+
+def test_value_text_never_unpickles(tmp_path):
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Boom:
+        def __reduce__(self):
+            return (eval, (f"__import__('pathlib').Path({str(marker)!r}).touch()",))
+
+    raw = pickle.dumps(Boom())
+    value = encode_value([1, {"k": (2, [3])}])[0]
+    inner = value.list_value.items[1].map_value.entries[0].value.tuple_value.items[1]
+    inner.list_value.items.add(pickled=raw)
+    n = len(raw)
+    assert value_to_text(value, 200) == f"[1, {{'k': (2, [3, <pickled, {n} bytes>])}}]"
+    assert value_to_text(value, 12) == "[1, {'k':... <+1 pickled>"
+    assert value_to_text(encode_value((1,))[0]) == "(1,)"
+    assert not marker.exists()

@@ -126,3 +126,12 @@ def unsendable_plan():
     with InputNode() as inp:
         dag = b.add.bind(a.unsendable.bind(inp))
     return cgc.compile(dag, name="t_unsendable")
+
+
+def error_and_slow_plan():
+    """MultiOutputNode([a.check(x), b.slow(y)]): output 0 fails at once for x < 0 while
+    output 1 is still running."""
+    a, b = Worker.bind(0), Worker.bind(0)
+    with InputNode() as inp:
+        dag = MultiOutputNode([a.check.bind(inp[0]), b.slow.bind(inp[1])])
+    return cgc.compile(dag, name="t_err_slow")

@@ -59,7 +59,7 @@ def test_dropped_refs_free_their_results(chain):
     for i in range(chain.capacity * 5):
         chain.execute(i)  # ref dropped at once
     assert chain.execute(100).get() == 106
-    assert len(chain._buf) == 0
+    assert chain.buffered == 0
 
 
 def test_input_mismatch_is_clear(chain):

@@ -43,9 +43,10 @@ def test_method_exception_keeps_type_and_graph_continues(ray_cluster):
 def test_error_in_one_output_of_many(ray_cluster):
     with G.multi_plan().start(get_timeout=30) as g:
         a, b = g.execute("x")  # split gives ("x", "xx"); b.add("xx") fails: str + int
-        assert a.get() == "x"
-        with pytest.raises(TypeError, match="worker1"):
-            b.get()
+        # Fail-fast, as in Ray: an error in one output is the whole execution's error.
+        for ref in (a, b):
+            with pytest.raises(TypeError, match="worker1"):
+                ref.get()
         assert [r.get() for r in g.execute(1)] == [1, 102]
 
 
@@ -78,13 +79,12 @@ def test_submit_timeout_when_full(ray_cluster):
 def test_killed_actor_fails_pending_and_future_gets_fast(ray_cluster):
     g = G.slow_chain_plan().start(get_timeout=30)
     assert g.execute(0.0).get() == 1.0
-    pending = g.execute(3.0)  # worker0 sleeps; worker1 waits for it
+    pending = g.execute(60.0)  # worker0 sleeps far longer than the get timeout
     time.sleep(0.2)
     ray.kill(g.actors["worker1"])
-    t0 = time.monotonic()
+    # The death, not the timeout and not the slow method, ends the wait.
     with pytest.raises(ActorDiedError, match="worker1") as info:
         pending.get()
-    assert time.monotonic() - t0 < 2.0
     assert info.value.actor == "worker1"
     with pytest.raises(ActorDiedError):
         g.execute(4)
@@ -106,13 +106,11 @@ def test_killed_actor_leaves_external_survivors_reusable(ray_cluster):
         g = plan.start(get_timeout=30)
         assert g.execute(0.1).get() == 0.2  # b.combine(a.slow(x), x)
         assert not g.created
-        pending = g.execute(3.0)
+        pending = g.execute(60.0)  # a sleeps far longer than the get timeout
         time.sleep(0.2)
         ray.kill(a)
-        t0 = time.monotonic()
-        with pytest.raises(ActorDiedError):
+        with pytest.raises(ActorDiedError):  # the death ends the wait, not the timeout
             pending.get()
-        assert time.monotonic() - t0 < 2.0
         g.teardown()
         # The survivor answers normal calls and has no loop thread left.
         assert ray.get(b.add.remote(1), timeout=10) == 3
@@ -154,4 +152,4 @@ def test_context_manager_tears_down_on_error(ray_cluster):
     with pytest.raises(RuntimeError, match="boom"):
         with G.echo_plan().start() as g:
             raise RuntimeError("boom")
-    assert g._closing and list_segments(g.prefix) == []
+    assert g.closing and list_segments(g.prefix) == []

@@ -45,7 +45,7 @@ def test_bad_plan_files(tmp_path):
         cgc.load(tmp_path / "junk.cgplan")
     proto = G.echo_plan().proto
     proto.ClearField("lowered")
-    with pytest.raises(PlanFormatError, match="programs"):
+    with pytest.raises(PlanFormatError, match="program"):
         Plan(proto).start()
 
 
@@ -97,7 +97,7 @@ def test_idle_graph_uses_almost_no_cpu(ray_cluster):
     assert sum(share) / len(share) < 0.02, f"idle CPU share per actor: {share}"
 
 
-def test_runtime_never_imports_the_compiler(ray_cluster, tmp_path):
+def test_runtime_never_imports_the_compiler(ray_address, tmp_path):
     plan = tmp_path / "echo.cgplan"
     cgc.compile_file(ROOT / "examples" / "echo.py").save(plan)
     bad = tmp_path / "bad.cgplan"
@@ -109,15 +109,16 @@ def test_runtime_never_imports_the_compiler(ray_cluster, tmp_path):
         import cgc.runtime as rt
         from cgc.runtime import PlacementError
         out = {{}}
-        with rt.load({str(plan)!r}).start(address="auto", get_timeout=30) as g:
+        with rt.load({str(plan)!r}).start(address={ray_address!r}, get_timeout=30) as g:
             out["value"] = g.execute("hi").get()
         try:
-            rt.load({str(bad)!r}).start(address="auto")
+            rt.load({str(bad)!r}).start(address={ray_address!r})
         except PlacementError as exc:
             out["placement"] = str(exc)
+        # cgc.verify (schema-only) is allowed: start() runs the same checks as `cgc check`.
         out["modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "networkx"
-                                or m.startswith(("cgc.frontend", "cgc.passes", "cgc.verify")))
-        left_running = rt.load({str(plan)!r}).start(address="auto", get_timeout=30)
+                                or m.startswith(("cgc.frontend", "cgc.passes", "cgc.ir")))
+        left_running = rt.load({str(plan)!r}).start(address={ray_address!r}, get_timeout=30)
         assert left_running.execute("again").get() == "again"
         out["pid"] = __import__("os").getpid()
         print("RESULT" + json.dumps(out))  # exits with the graph running: atexit tears down
@@ -166,7 +167,7 @@ def build_dag():
 '''
 
 
-def test_values_of_model_file_classes_reach_a_fresh_driver(ray_cluster, tmp_path):
+def test_values_of_model_file_classes_reach_a_fresh_driver(ray_address, tmp_path):
     """A plan file run by a process that never imported the model: the driver and every
     actor import the model module from the plan when a value needs it."""
     model = tmp_path / "resultmodel.py"
@@ -175,7 +176,7 @@ def test_values_of_model_file_classes_reach_a_fresh_driver(ray_cluster, tmp_path
     cgc.compile_file(model).save(plan)
     script = textwrap.dedent(f"""
         import cgc.runtime as rt
-        with rt.load({str(plan)!r}).start(address="auto", get_timeout=30) as g:
+        with rt.load({str(plan)!r}).start(address={ray_address!r}, get_timeout=30) as g:
             out = g.execute(20).get()
         print("RESULT", type(out).__module__, type(out).__name__, out.value)
     """)

@@ -1,0 +1,153 @@
+"""``DriverEndpoints``: the driver's ends of a running graph, as one object.
+
+The driver writes one value per input channel per execution and reads one value per
+output channel per execution. Each output reader keeps its own position (the execution
+whose value it delivers next), so reading the outputs of one execution in any order, or
+stopping early (fail-fast on an error), never shifts which execution a later value
+belongs to.
+
+Example::
+
+    ends = DriverEndpoints(plan_proto)
+    ends.add_input(writer, picker)          # set-up, per input channel
+    ends.add_output(reader)                 # set-up, per unique output channel
+    ends.write_inputs((1,), {}, timeout=5)  # one execution
+    value = ends.read(0, timeout=5)         # output reader 0's next value
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.wire import input_value
+
+__all__ = ["DriverEndpoints", "input_picker", "PartialSubmitError"]
+
+
+class PartialSubmitError(Exception):
+    """Some, not all, input channels of one execution were written (the graph is broken).
+
+    ``cause`` is the exception that stopped the submission.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def input_picker(node: pb.Node) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """The function that takes one input channel's value out of ``execute()``'s arguments.
+
+    Example: for an INPUT_ATTR node with index 1, ``input_picker(n)((10, 20), {}) == 20``.
+    """
+    if node.kind == pb.INPUT:
+        return input_value
+    index, field = node.index, (node.field if node.key_kind == pb.FIELD else None)
+    if field is None:
+        return lambda args, kwargs: args[index]
+    return lambda args, kwargs: kwargs[field]
+
+
+class DriverEndpoints:
+    """Input writers with their pickers, output readers with their positions.
+
+    Attributes:
+        out_index: OUTPUT argument ``i`` -> index of the reader holding it (two OUTPUT args
+            may be one channel; the driver reads each channel once per execution).
+        positions: per reader, the execution index of the value it delivers next.
+    """
+
+    def __init__(self, plan: pb.Plan) -> None:
+        low = plan.lowered
+        self.out_channels: list[int] = list(dict.fromkeys(low.output_channels))
+        self.out_index: list[int] = [self.out_channels.index(c) for c in low.output_channels]
+        self.writers: list[Any] = []
+        self._inputs: list[tuple[Callable[..., None], Callable[..., Any]]] = []
+        self.readers: list[Any] = []
+        self.positions: list[int] = []
+
+    # ---------------------------------------------------------------- set-up
+    def add_input(self, writer: Any, picker: Callable[..., Any]) -> None:
+        """Register the writer of the next input channel (plan order)."""
+        self.writers.append(writer)
+        self._inputs.append((writer.write, picker))
+
+    def add_output(self, reader: Any) -> None:
+        """Register the reader of the next unique output channel (plan order)."""
+        self.readers.append(reader)
+        self.positions.append(0)
+
+    # ---------------------------------------------------------------- hot path
+    def write_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                     timeout: float | None) -> None:
+        """Write one execution's inputs.
+
+        Raises:
+            ChannelTimeoutError, ChannelClosedError, or the serializer's error: nothing was
+                written (the first channel failed).
+            PartialSubmitError: a later channel failed after earlier ones were written.
+        """
+        first = True
+        try:
+            for write, pick in self._inputs:
+                write(pick(args, kwargs), timeout)
+                first = False
+        except Exception as exc:
+            if first:
+                raise
+            raise PartialSubmitError(exc) from exc
+
+    def read(self, k: int, timeout: float | None) -> Any:
+        """The next value of output reader ``k`` (for execution ``positions[k]``).
+
+        Raises:
+            ChannelTimeoutError: nothing within ``timeout`` (the position is unchanged).
+            ChannelClosedError: the channel was closed or poisoned.
+        """
+        value = self.readers[k].read(timeout)
+        self.positions[k] += 1
+        return value
+
+    def slowest(self) -> int:
+        """Index of the reader furthest behind (the oldest execution not fully read)."""
+        pos = self.positions
+        return min(range(len(pos)), key=pos.__getitem__)
+
+    # ---------------------------------------------------------------- set-up helpers
+    def write_warmup(self, ping: Any, timeout: float) -> None:
+        """Write the warm-up marker on every input (not an execution: positions stay)."""
+        for w in self.writers:
+            w.write(ping, timeout)
+
+    def read_warmup(self, timeout: float) -> list[Any]:
+        """Read the warm-up marker from every output (not an execution: positions stay)."""
+        return [r.read(timeout) for r in self.readers]
+
+    # ---------------------------------------------------------------- teardown
+    def poison(self) -> None:
+        """Poison every driver endpoint (wakes threads blocked in them); best effort."""
+        for ep in [*self.writers, *self.readers]:
+            try:
+                ep.poison()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+
+    def close_inputs(self) -> None:
+        """Close the input writers (unlinks their segments)."""
+        for w in self.writers:
+            try:
+                w.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.writers, self._inputs = [], []
+
+    def close_outputs(self) -> None:
+        """Detach the output readers (TCP readers close)."""
+        for r in self.readers:
+            try:
+                getattr(r, "detach", r.close)()
+            except Exception:  # noqa: BLE001
+                pass
+        self.readers = []

@@ -1,0 +1,61 @@
+"""The driver's semantics that Ray Compiled Graph programs rely on, through cgc's own API:
+fail-fast across an execution's outputs, raise-at-capacity, and the buffered-results limit
+on every path."""
+
+from __future__ import annotations
+
+import pytest
+import rt_graphs as G
+
+from cgc.runtime import CapacityExceededError, GetTimeoutError, ResultBufferFullError
+
+
+def test_an_error_output_fails_every_ref_of_its_execution_without_waiting(ray_cluster):
+    with G.error_and_slow_plan().start(get_timeout=20) as g:
+        err, slow = g.execute(-1, 60.0)
+        # Output 0 is an error: the execution is complete, however long output 1 takes.
+        # If get() waited for the slow sibling it would end in GetTimeoutError instead.
+        with pytest.raises(G.AppError, match="negative input -1"):
+            slow.get()
+        with pytest.raises(G.AppError):
+            err.get()
+
+
+def test_later_executions_keep_their_own_values_after_a_fail_fast(ray_cluster):
+    with G.error_and_slow_plan().start(get_timeout=30) as g:
+        first = g.execute(-1, 0.3)
+        second = g.execute(5, 0.0)
+        with pytest.raises(G.AppError):
+            first[1].get()
+        # Output 1 of the failed execution is read later and never shifts execution 2.
+        assert [r.get() for r in second] == [5, 0.0]
+        assert [r.get() for r in g.execute(7, 0.0)] == [7, 0.0]
+
+
+def test_raise_at_capacity(ray_cluster):
+    with G.slow_plan().start(at_capacity="raise", get_timeout=30) as g:
+        refs = [g.execute(0.2) for _ in range(g.capacity)]
+        with pytest.raises(CapacityExceededError, match="in flight"):
+            g.execute(0.0)
+        assert refs[0].get() == 0.2
+        more = g.execute(0.0)  # room again once one result was read
+        assert [r.get() for r in refs[1:]] == [0.2] * (len(refs) - 1)
+        assert more.get() == 0.0
+
+
+def test_buffered_results_limit_holds_on_get(ray_cluster):
+    with G.chain_plan(2).start(max_buffered_results=1, get_timeout=30) as g:
+        refs = [g.execute(i) for i in range(3)]
+        with pytest.raises(ResultBufferFullError, match="max_buffered_results=1"):
+            refs[2].get()  # would buffer executions 0 and 1
+        # Nothing was lost: every result is still there, in order.
+        assert [r.get() for r in refs] == [3, 4, 5]
+        assert g.buffered == 0
+
+
+def test_get_timeout_loses_nothing_and_fail_fast_keeps_positions(ray_cluster):
+    with G.error_and_slow_plan().start(get_timeout=30) as g:
+        refs = g.execute(1, 1.0)
+        with pytest.raises(GetTimeoutError):
+            refs[1].get(timeout=0.1)
+        assert [r.get() for r in refs] == [1, 1.0]

@@ -1,0 +1,68 @@
+"""Recorded timelines: ``start(trace=PATH)`` writes Chrome trace-event JSON for Perfetto."""
+
+from __future__ import annotations
+
+import json
+
+import rt_graphs as G
+
+
+def _load(path) -> list[dict]:
+    data = json.loads(path.read_text())
+    assert set(data) >= {"traceEvents", "displayTimeUnit"}
+    return data["traceEvents"]
+
+
+def test_a_traced_run_has_slices_from_every_actor_and_flows(ray_cluster, tmp_path):
+    path = tmp_path / "run.json"
+    plan = G.multi_plan()
+    with plan.start(trace=path, get_timeout=30) as g:
+        for i in range(3):
+            assert [r.get() for r in g.execute(i)] == [i, 2 * i + 100]
+    events = _load(path)
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert any(n.startswith("worker0 (Worker") for n in names)
+    assert any(n.startswith("worker1 (Worker") for n in names) and "driver" in names
+    slices = [e for e in events if e["ph"] == "X"]
+    for e in slices:  # what Perfetto's JSON importer needs of a complete event
+        assert isinstance(e["ts"], float) and e["dur"] > 0
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int) and e["name"]
+    by_proc = {}
+    for e in slices:
+        by_proc.setdefault(e["pid"], set()).add(e["args"]["execution"])
+    assert len(by_proc) == 3  # both actors and the driver
+    assert all(ex >= {0, 1, 2} for ex in by_proc.values())
+    kinds = {e["cat"] for e in slices}
+    assert {"READ", "COMPUTE", "WRITE", "driver"} <= kinds
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts and set(starts) == set(ends)
+    for fid, s in starts.items():  # every arrow goes from a write to a later read
+        assert ends[fid]["ts"] >= s["ts"] - 1e3 and ends[fid]["name"] == s["name"]
+
+
+def test_untraced_runs_write_nothing_and_record_nothing(ray_cluster, tmp_path):
+    with G.echo_plan().start(get_timeout=30) as g:
+        assert g.execute(1).get() == 1
+        assert g.trace_events is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_torch_profile_writes_one_trace_per_actor(ray_cluster, tmp_path):
+    out = tmp_path / "prof"
+    with G.multi_plan().start(torch_profile=out, get_timeout=60) as g:
+        for i in range(2):
+            assert [r.get() for r in g.execute(i)] == [i, 2 * i + 100]
+    files = sorted(p.name for p in out.iterdir())
+    assert [f.split("-")[:2] for f in files] == [["t_multi", "worker0"], ["t_multi", "worker1"]]
+    for f in out.iterdir():
+        assert "traceEvents" in json.loads(f.read_text())
+
+
+def test_profilers_that_cannot_be_combined_are_refused(ray_cluster, tmp_path):
+    import pytest
+
+    from cgc.plan_schema.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        G.echo_plan().start(torch_profile=tmp_path, nvtx=True)
