@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cgc.plan_schema.errors import EXIT_INVALID_INPUT, CgcError
 
-__all__ = ["CompileError"]
+__all__ = ["CompileError", "RayVersionError"]
 
 
 class CompileError(CgcError):
@@ -46,3 +46,17 @@ class CompileError(CgcError):
         self.actor = actor
         self.method = method
         self.loc = loc
+
+
+class RayVersionError(CompileError):
+    """The installed Ray lacks an internal that cgc's Ray DAG adapter uses.
+
+    Raised instead of an ``AttributeError`` when a Ray release renamed or removed one of
+    the private attributes or functions listed in ``cgc.frontend.ray_private``; the
+    message names the installed Ray version and the missing internal.
+
+    Example::
+
+        RayVersionError("the installed Ray 3.0.0 has no <internal>, which cgc's Ray DAG "
+                        "adapter uses (it was written for Ray 2.60); install ...")
+    """

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from cgc.errors import CompileError
+from cgc.frontend.ray_private import is_ray_dag_object
 
 __all__ = [
     "ModelFile",
@@ -44,7 +45,10 @@ class ModelFile:
 def split_target(target: str) -> tuple[Path, str | None]:
     """Split ``FILE[:ATTR]`` into the path and the attribute (None when absent).
 
-    Example: ``split_target("models/m.py:make")`` → ``(Path("models/m.py"), "make")``.
+    >>> split_target("models/m.py:make")
+    (PosixPath('models/m.py'), 'make')
+    >>> split_target("models/m.py")
+    (PosixPath('models/m.py'), None)
     """
     path, sep, attr = target.rpartition(":")
     if sep and path and attr.isidentifier():
@@ -183,5 +187,4 @@ def example_kwargs(model: ModelFile) -> dict[str, Any] | None:
 def _is_dag_node(obj: Any) -> bool:
     # Ray's DAG nodes and cgc's nodes are callable-free objects, but be explicit: a node
     # is never called to produce the graph.
-    mod = type(obj).__module__
-    return mod.startswith("cgc.frontend") or mod.startswith("ray.dag")
+    return type(obj).__module__.startswith("cgc.frontend") or is_ray_dag_object(obj)

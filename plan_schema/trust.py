@@ -124,7 +124,9 @@ class TrustNeeds:
 
     def lines(self) -> list[str]:
         """One line per item, in plan order: what would run or be reached."""
-        items = [*self.modules, *self.pickles, *self.runtime_envs, *self.externals]
+        items: list[EmbeddedCode | PickledValue | RuntimeEnv | ExternalBinding] = [
+            *self.modules, *self.pickles, *self.runtime_envs, *self.externals
+        ]
         return [it.text() for it in items]
 
     def short(self) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -44,6 +46,24 @@ def ray_cluster():
     yield info
     ray.shutdown()
 
+
+@pytest.fixture
+def require_tool() -> Callable[[str], None]:
+    """``require_tool("mypy")``: a test tool from the ``test`` extra must be importable.
+
+    In CI (``CI`` set, as .ci/run does) a missing tool fails the test; a local run without
+    it skips, naming the install command.
+    """
+
+    def require(module: str) -> None:
+        if importlib.util.find_spec(module) is not None:
+            return
+        message = f"{module} is not installed: pip install -e '.[test]'"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+    return require
 
 @pytest.fixture(scope="session")
 def ray_address(ray_cluster) -> str:

@@ -53,8 +53,9 @@ def class_ref(
     in_model = model_module is not None and module == model_module.__name__
     if not in_model and model_file is not None:
         mod = sys.modules.get(module)
-        mod_file = getattr(mod, "__file__", None)
-        in_model = bool(mod_file) and os.path.abspath(mod_file) == os.path.abspath(model_file)
+        mod_file: str | None = getattr(mod, "__file__", None)
+        if mod_file:
+            in_model = os.path.abspath(mod_file) == os.path.abspath(model_file)
     if in_model:
         source_path = (
             os.fspath(model_file)
@@ -84,7 +85,10 @@ def _canonical_json(value: Any) -> str:
 def options_proto(options: dict[str, Any]) -> tuple[pb.ActorOptions, str | None]:
     """Encode actor options; returns (options, problem text or None).
 
-    Example: ``options_proto({"num_gpus": 1})[0].num_gpus == 1.0``.
+    >>> options_proto({"num_gpus": 1})[0].num_gpus
+    1.0
+    >>> options_proto({"num_cpus": "many"})[1]
+    "actor options cannot be stored in a plan: could not convert string to float: 'many'"
 
     Raises:
         Nothing; bad values come back as the problem text.
@@ -127,7 +131,8 @@ def derive_names(actors: list[tuple[str, str]]) -> list[str]:
     User names are kept (made identifiers); others are the class name in snake case, with
     an index when the class has several actors: ``worker0``, ``worker1``.
 
-    Example: ``derive_names([("", "Worker"), ("", "Worker")]) == ["worker0", "worker1"]``.
+    >>> derive_names([("", "Worker"), ("", "Worker"), ("trainer", "Worker"), ("", "KVCache")])
+    ['worker0', 'worker1', 'trainer', 'kv_cache']
 
     Raises:
         Nothing.
@@ -135,12 +140,12 @@ def derive_names(actors: list[tuple[str, str]]) -> list[str]:
     taken = {_ident(u) for u, _ in actors if u}
     bases = [_snake(c) for _, c in actors]
     counts: dict[str, int] = {}
-    for (user, _), base in zip(actors, bases, strict=False):
+    for (user, _), base in zip(actors, bases, strict=True):
         if not user:
             counts[base] = counts.get(base, 0) + 1
     next_index: dict[str, int] = {}
     names = []
-    for (user, _), base in zip(actors, bases, strict=False):
+    for (user, _), base in zip(actors, bases, strict=True):
         if user:
             names.append(_ident(user))
             continue

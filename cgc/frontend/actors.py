@@ -15,6 +15,7 @@ from typing import Any
 from cgc.errors import CompileError
 from cgc.frontend.locations import RawLoc, capture_loc
 from cgc.frontend.nodes import CallNode
+from cgc.frontend.ray_private import declared_num_returns as ray_num_returns_mark
 
 __all__ = ["actor", "method", "ActorClass", "LazyActor", "BoundMethod", "ACTOR_OPTIONS"]
 
@@ -80,8 +81,7 @@ def method(_func: Any = None, *, num_returns: int = 1) -> Any:
 def declared_num_returns(cls: type, name: str) -> int | None:
     """``num_returns`` declared with ``@cgc.method`` or ``@ray.method``, else None."""
     func = getattr(cls, name, None)
-    for attr in ("__cgc_num_returns__", "__ray_num_returns__"):
-        value = getattr(func, attr, None)
+    for value in (getattr(func, "__cgc_num_returns__", None), ray_num_returns_mark(func)):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None

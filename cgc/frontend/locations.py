@@ -83,8 +83,11 @@ def capture_loc() -> RawLoc:
 class LocRenderer:
     """Renders ``RawLoc``s relative to the model file's folder (when inside it).
 
-    Example: with ``model_file="/x/model.py"``, ``RawLoc("/x/model.py", 3, "f")`` renders as
-    ``model.py:3``; a file outside ``/x`` keeps its path as given.
+    A file outside the model's folder keeps its path as given:
+
+    >>> r = LocRenderer("/x/model.py")
+    >>> r.text(RawLoc("/x/model.py", 3, "f")), r.text(RawLoc("/y/lib.py", 9, "g"))
+    ('model.py:3', '/y/lib.py:9')
     """
 
     def __init__(self, model_file: str | os.PathLike[str] | None) -> None:

@@ -19,6 +19,7 @@ class                  what it stands for
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -182,7 +183,7 @@ class CallNode(DAGNode):
         method: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        num_returns: int | None,
+        num_returns: int,
         loc: RawLoc | None = None,
     ) -> None:
         super().__init__(loc)
@@ -262,7 +263,7 @@ class MultiOutputNode(DAGNode):
         )
 
 
-def iter_nodes(value: Any, _seen: set[int] | None = None):
+def iter_nodes(value: Any, _seen: set[int] | None = None) -> Iterator[DAGNode]:
     """Yield every DAG node inside ``value`` (itself, or inside lists/tuples/dicts/sets)."""
     if isinstance(value, DAGNode):
         yield value

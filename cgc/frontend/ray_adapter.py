@@ -6,7 +6,9 @@ placeholders included), collective output nodes and ``with_tensor_transport`` ty
 Calls on live actor handles (``Actor.remote()``) become external actors: the plan refers to
 the existing actor and ``TraceResult.live_handles`` carries the handle.
 
-Ray is imported only here, and only when a Ray object is traced.
+Ray is imported only here, and only when a Ray object is traced. Ray's private attributes
+are read only through ``ray_private``; a Ray release without them gives a
+``RayVersionError`` naming the version, not an ``AttributeError``.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import warnings
 from typing import Any
 
 from cgc.errors import CompileError
+from cgc.frontend import ray_private as rp
 from cgc.frontend.actors import ACTOR_OPTIONS, ExternalSpec, LazyActor
 from cgc.frontend.collectives import CollectiveGroup, CollectiveNode, ReduceOp
 from cgc.frontend.locations import UNKNOWN_LOC, RawLoc
 from cgc.frontend.nodes import CallNode, HintSpec, InputNode, MultiOutputNode, OutputRef
 from cgc.frontend.ray_graph import ray_num_returns
+from cgc.frontend.ray_private import is_ray_dag_object
 from cgc.frontend.ray_sites import HINT_SITES, NODE_SITES
 
 __all__ = ["convert_output", "is_ray_dag_object"]
@@ -40,11 +44,6 @@ _IGNORED_OPTIONS = {
 }
 
 
-def is_ray_dag_object(value: Any) -> bool:
-    """True for Ray DAG nodes, without importing Ray."""
-    return type(value).__module__.startswith("ray.dag")
-
-
 def _site(node: Any) -> RawLoc:
     try:
         return NODE_SITES.get(node, UNKNOWN_LOC)
@@ -52,24 +51,22 @@ def _site(node: Any) -> RawLoc:
         return UNKNOWN_LOC
 
 
-def _original_class(body: Any) -> Any:
-    return getattr(body, "__ray_actor_class__", body)
+# Ray's transport names -> cgc's ("auto" in a Ray tensor hint means host memory).
+_TRANSPORTS = {"accelerator": "nccl", "auto": "shm"}
+
+
+def _transport(hint: rp.RayTypeHint) -> Any:
+    if hint.auto:
+        return "auto"
+    return hint.communicator or _TRANSPORTS.get(hint.transport, hint.transport)
 
 
 def _neighbors(node: Any, dag: Any) -> list[Any]:
     """Ray nodes linked to ``node``: arguments, consumers, the actor's chain, attributes."""
-    from ray.dag.py_obj_scanner import _PyObjScanner
-
-    scanner = _PyObjScanner()
-    try:
-        found = scanner.find_nodes(
-            [node._bound_args, node._bound_kwargs, node._bound_other_args_to_resolve]
-        )
-    finally:
-        scanner.clear()
-    found.extend(node._downstream_nodes)
+    found = rp.scan_nodes([rp.bound_args(node), rp.bound_kwargs(node), rp.other_args(node)])
+    found.extend(rp.downstream(node))
     if isinstance(node, dag.InputNode):
-        found.extend(node.input_attribute_nodes.values())
+        found.extend(rp.input_attributes(node))
     return found
 
 
@@ -121,19 +118,13 @@ class _Converter:
         return order
 
     def _upstream(self, n: Any) -> list[Any]:
-        from ray.dag.py_obj_scanner import _PyObjScanner
-
-        scanner = _PyObjScanner()
-        try:
-            ups = scanner.find_nodes([n._bound_args, n._bound_kwargs])
-        finally:
-            scanner.clear()
+        ups = rp.scan_nodes([rp.bound_args(n), rp.bound_kwargs(n)])
         if isinstance(n, self.dag.InputAttributeNode):
-            ups.append(n._dag_input_node)
-        if isinstance(n, self.dag.ClassMethodNode) and isinstance(
-            n._parent_class_node, self.dag.ClassNode
-        ):
-            ups.append(n._parent_class_node)
+            ups.append(rp.attribute_source(n)[0])
+        if isinstance(n, self.dag.ClassMethodNode):
+            parent = rp.parent_actor(n)
+            if isinstance(parent, self.dag.ClassNode):
+                ups.append(parent)
         return [u for u in ups if isinstance(u, self.dag.DAGNode)]
 
     # -------------------------------------------------------------- conversion
@@ -149,19 +140,21 @@ class _Converter:
     def _convert(self, n: Any) -> Any:
         dag = self.dag
         loc = _site(n)
+        out: Any
         if isinstance(n, dag.InputNode):
             out = InputNode()
         elif isinstance(n, dag.InputAttributeNode):
-            out = self.memo[id(n._dag_input_node)]._attr(n.key, loc)
+            inp, key = rp.attribute_source(n)
+            out = self.memo[id(inp)]._attr(key, loc)
         elif isinstance(n, dag.MultiOutputNode):
-            out = MultiOutputNode([self._value(v) for v in n._bound_args])
+            out = MultiOutputNode([self._value(v) for v in rp.bound_args(n)])
         elif isinstance(n, dag.ClassNode):
             out = self._actor(n, loc)
         elif isinstance(n, dag.ClassMethodNode):
             out = self._method_node(n, loc)
         elif isinstance(n, dag.FunctionNode):
             raise CompileError(
-                f"{loc.short()}: {n._body.__name__}: Ray remote functions "
+                f"{loc.short()}: {rp.actor_body(n).__name__}: Ray remote functions "
                 "(FunctionNode) cannot be compiled, only actor methods; make "
                 "the function a method of an actor",
                 loc=loc.short(),
@@ -179,7 +172,7 @@ class _Converter:
 
     def _actor(self, n: Any, loc: RawLoc) -> LazyActor:
         options = {}
-        for key, value in n._bound_options.items():
+        for key, value in rp.bound_options(n).items():
             if key in ACTOR_OPTIONS:
                 options[key] = value
             elif key not in _IGNORED_OPTIONS and value is not None:
@@ -188,26 +181,23 @@ class _Converter:
                     "in cgc plans and is ignored",
                     stacklevel=2,
                 )
-        cls = _original_class(n._body)
-        args = tuple(self._value(a) for a in n._bound_args)
-        kwargs = {k: self._value(v) for k, v in n._bound_kwargs.items()}
+        cls = rp.original_class(rp.actor_body(n))
+        args = tuple(self._value(a) for a in rp.bound_args(n))
+        kwargs = {k: self._value(v) for k, v in rp.bound_kwargs(n).items()}
         actor = LazyActor(cls, args, kwargs, options, loc)
         # Per-actor bind order: Ray chains a ClassNode's calls through prev-call links.
-        chain, call = [], n._last_call
-        while call is not None:
-            chain.append(call)
-            call = call._prev_class_method_call
-        for pos, call in enumerate(reversed(chain)):
+        chain = rp.call_chain(n)
+        for pos, call in enumerate(chain):
             self.chain_pos[id(call)] = pos
         self.keep.extend(chain)
         return actor
 
     def _handle_actor(self, handle: Any) -> LazyActor:
-        key = handle._ray_actor_id.hex()
+        key = rp.handle_id(handle)
         if key not in self.actors:
-            desc = handle._ray_actor_creation_function_descriptor
+            module, qualname = rp.handle_class(handle)
             name, namespace = _named(handle)
-            cls = _import_class(desc.module_name, desc.class_name)
+            cls = _import_class(module, qualname)
             self.actors[key] = LazyActor(
                 cls,
                 (),
@@ -215,56 +205,44 @@ class _Converter:
                 {},
                 UNKNOWN_LOC,
                 external=ExternalSpec(handle, key, name, namespace),
-                class_module=desc.module_name,
-                class_qualname=desc.class_name,
+                class_module=module,
+                class_qualname=qualname,
             )
         return self.actors[key]
 
     def _method_node(self, n: Any, loc: RawLoc) -> Any:
-        if n.is_class_method_output:
-            call = self.memo[id(n.class_method_call)]
-            return OutputRef(call, n.output_idx, loc)
-        parent = n._parent_class_node
+        placeholder = rp.output_of(n)
+        if placeholder is not None:
+            call, index = placeholder
+            return OutputRef(self.memo[id(call)], index, loc)
+        parent = rp.parent_actor(n)
         if isinstance(parent, self.dag.ClassNode):
             actor = self.memo[id(parent)]
             position = self.chain_pos.get(id(n), 0)
         else:
             actor = self._handle_actor(parent)
-            position = n._bind_index or 0
-        args = [self._value(a) for a in n._bound_args]
+            position = rp.live_bind_index(n)
+        args = [self._value(a) for a in rp.bound_args(n)]
+        node: CallNode | CollectiveNode
         if isinstance(n, self.dag.CollectiveOutputNode):
             node = self._member(n, actor, args, loc)
         else:
-            kwargs = {k: self._value(v) for k, v in n._bound_kwargs.items()}
-            num = ray_num_returns(actor.cls, n.get_method_name(), n._bound_options)
-            node = CallNode(actor, n.get_method_name(), tuple(args), kwargs, num, loc)
+            kwargs = {k: self._value(v) for k, v in rp.bound_kwargs(n).items()}
+            method = rp.method_name(n)
+            num = ray_num_returns(actor.cls, method, rp.bound_options(n))
+            node = CallNode(actor, method, tuple(args), kwargs, num, loc)
         node.bind_index = position
         return node
 
     def _member(self, n: Any, actor: LazyActor, args: list[Any], loc: RawLoc) -> CollectiveNode:
-        op = n._collective_op
-        grp = self.groups.get(id(op))
+        op = rp.collective_of(n)
+        grp = self.groups.get(op.key)
         if grp is None:
-            from ray.experimental.util.types import AllGatherOp, AllReduceOp
-
-            kind = (
-                "allgather"
-                if isinstance(op._op, AllGatherOp)
-                else "allreduce"
-                if isinstance(op._op, AllReduceOp)
-                else "reducescatter"
-            )
-            reduce = getattr(op._op, "reduceOp", None)
-            hint = op._type_hint
-            transport = hint._communicator or {"accelerator": "nccl", "auto": "shm"}.get(
-                hint.transport, hint.transport
-            )
-            grp = CollectiveGroup(
-                kind, ReduceOp[reduce.name] if reduce else None, transport, loc, []
-            )
-            self.groups[id(op)] = grp
-        parent = n._parent_class_node
-        rank = next(i for i, h in enumerate(op.actor_handles) if h is parent or h == parent)
+            red = ReduceOp[op.reduce_op] if op.reduce_op else None
+            grp = CollectiveGroup(op.kind, red, _transport(op.hint), loc, [])
+            self.groups[op.key] = grp
+        parent = rp.parent_actor(n)
+        rank = next(i for i, h in enumerate(op.actors) if h is parent or h == parent)
         member = CollectiveNode(grp, rank, actor, args)
         grp.members.append(member)
         return member
@@ -279,24 +257,14 @@ class _Converter:
 
 def _hint_spec(n: Any) -> HintSpec | None:
     """A cgc HintSpec for a Ray node's type hint (None when it has none)."""
-    from ray.experimental.channel.auto_transport_type import AutoTransportType
-    from ray.experimental.channel.torch_tensor_type import TorchTensorType
-
-    hint = n._type_hint
-    if isinstance(hint, AutoTransportType):
-        transport = "auto"
-    elif isinstance(hint, TorchTensorType):
-        # Ray's "shm" is TorchTensorType(transport="auto"): host memory.
-        transport = hint._communicator or {"accelerator": "nccl", "auto": "shm"}.get(
-            hint.transport, hint.transport
-        )
-    else:
+    hint = rp.type_hint(n)
+    if hint is None:
         return None
     return HintSpec(
-        transport=transport,
-        device=str(hint._device),
-        static_shape=bool(hint._static_shape),
-        direct_return=bool(hint._direct_return),
+        transport=_transport(hint),
+        device=hint.device,
+        static_shape=hint.static_shape,
+        direct_return=hint.direct_return,
     )
 
 
@@ -307,7 +275,7 @@ def _named(handle: Any) -> tuple[str, str]:
 
         for entry in ray.util.list_named_actors(all_namespaces=True):
             h = ray.get_actor(entry["name"], namespace=entry["namespace"])
-            if h._ray_actor_id == handle._ray_actor_id:
+            if rp.handle_id(h) == rp.handle_id(handle):
                 return entry["name"], entry["namespace"]
     except Exception:  # state lookups are best effort: the actor id is what binds it
         pass
@@ -321,9 +289,7 @@ def _import_class(module: str, qualname: str) -> Any:
             obj = getattr(obj, part)
     except Exception:  # an unimportable class only loses the signature checks
         return None
-    meta = getattr(obj, "__ray_metadata__", None)
-    if meta is not None:
-        obj = _original_class(meta.modified_class)
+    obj = rp.remote_class(obj)
     return obj if isinstance(obj, type) else None
 
 
@@ -334,7 +300,10 @@ def convert_output(output: Any) -> Any:
 
     Raises:
         CompileError: Ray remote functions or other node kinds a plan cannot hold.
+        RayVersionError: the installed Ray lacks an internal the adapter reads (the
+            message names it and the Ray version).
     """
+    rp.require()
     conv = _Converter()
     if isinstance(output, MultiOutputNode):  # cgc's MultiOutputNode over Ray nodes
         return MultiOutputNode([conv.run(o) if is_ray_dag_object(o) else o for o in output.outputs])

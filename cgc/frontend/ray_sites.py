@@ -6,7 +6,8 @@ user frame in weak dictionaries (so nothing is kept alive), and it fills two gap
 keep a Ray Compiled Graph model from compiling unchanged once ``Actor.remote()`` becomes
 ``Actor.bind()``: multi-return methods bound on a ``ClassNode`` return one placeholder per
 output (as they do on live handles), and ``ray.experimental.collective`` ops accept nodes
-of ``ClassNode`` actors. Everything is restored on exit, so Ray is left untouched.
+of ``ClassNode`` actors. Everything is restored on exit, so Ray is left untouched. What is
+patched is listed in ``ray_private`` (``PATCH_*``), with every other use of Ray's internals.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from cgc.frontend import ray_private as rp
 from cgc.frontend.locations import RawLoc, loc_of_frame
 
 __all__ = ["record_ray_bind_sites", "NODE_SITES", "HINT_SITES"]
@@ -38,8 +40,8 @@ def _note(table: weakref.WeakKeyDictionary, node: Any) -> None:
         pass  # not weak-referenceable: simply no source line for it
 
 
-def _patches() -> dict[str, list[tuple[str, str, Any]]]:
-    """module -> [(object path, attribute, make_wrapper(original))] to apply while recording."""
+def _patches() -> dict[str, list[tuple[rp.PatchTarget, Any]]]:
+    """module -> [(target, make_wrapper(original))] to apply while recording."""
 
     def init(orig: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -73,14 +75,15 @@ def _patches() -> dict[str, list[tuple[str, str, Any]]]:
 
         return _bind
 
-    return {
-        "ray.dag.dag_node": [
-            ("DAGNode", "__init__", init),
-            ("DAGNode", "with_tensor_transport", hint),
-        ],
-        "ray.dag.class_node": [("_UnboundClassMethodNode", "bind", bind)],
-        "ray.experimental.collective.operations": [("", "_bind", coll)],
-    }
+    table: dict[str, list[tuple[rp.PatchTarget, Any]]] = {}
+    for target, make in (
+        (rp.PATCH_NODE_INIT, init),
+        (rp.PATCH_TENSOR_TRANSPORT, hint),
+        (rp.PATCH_CLASS_METHOD_BIND, bind),
+        (rp.PATCH_COLLECTIVE_BIND, coll),
+    ):
+        table.setdefault(target.module, []).append((target, make))
+    return table
 
 
 class _Patcher(importlib.abc.MetaPathFinder):
@@ -91,11 +94,16 @@ class _Patcher(importlib.abc.MetaPathFinder):
         self.undo: list[tuple[Any, str, Any]] = []
 
     def apply(self, module: Any) -> None:
-        for owner_name, attr, make in self.table.get(module.__name__, []):
-            owner = getattr(module, owner_name) if owner_name else module
-            orig = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-            self.undo.append((owner, attr, orig))
-            setattr(owner, attr, make(orig))
+        """Patch ``module``'s targets.
+
+        Raises:
+            RayVersionError: a target is missing (nothing of this module is patched).
+        """
+        targets = self.table.get(module.__name__, [])
+        found = [(t, make, *rp.patch_original(t, module)) for t, make in targets]
+        for target, make, owner, orig in found:
+            self.undo.append((owner, target.attr, orig))
+            setattr(owner, target.attr, make(orig))
 
     def restore(self) -> None:
         for owner, attr, orig in reversed(self.undo):
@@ -140,13 +148,19 @@ def record_ray_bind_sites() -> Iterator[None]:
         graph = trace(dag).graph       # nodes carry model.py:LINE
 
     Raises:
-        Nothing of its own; exceptions of the block propagate after Ray is restored.
+        RayVersionError: a function it patches is missing from the installed Ray (when
+            entering, or when the block imports that part of Ray); Ray is left unpatched.
+        Exceptions of the block propagate after Ray is restored.
     """
     patcher = _Patcher()
     with _LOCK:
-        for name in patcher.table:
-            if name in sys.modules:
-                patcher.apply(sys.modules[name])
+        try:
+            for name in patcher.table:
+                if name in sys.modules:
+                    patcher.apply(sys.modules[name])
+        except BaseException:
+            patcher.restore()
+            raise
         sys.meta_path.insert(0, patcher)
     try:
         yield

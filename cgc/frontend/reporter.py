@@ -22,7 +22,7 @@ def attr_name(key: int | str) -> str:
 
 def _def_loc(cls: type | None, method: str) -> RawLoc | None:
     """Where ``cls.method`` is defined: the fallback when a node's bind site is unknown."""
-    func = getattr(cls, method, None) if cls is not None else None
+    func: Any = getattr(cls, method, None) if cls is not None else None
     try:
         func = inspect.unwrap(func)
         code = func.__code__

@@ -11,14 +11,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
-from cgc.errors import CompileError
 from cgc.frontend import walk
-from cgc.frontend.actor_proto import class_ref, derive_names, options_proto
-from cgc.frontend.checks import check_ctor, check_method, hint_to_proto
+from cgc.frontend.actor_proto import derive_names
 from cgc.frontend.collectives import CollectiveNode, ReduceOp
-from cgc.frontend.locations import LocRenderer
+from cgc.frontend.graph_checks import check_structure, split_output
+from cgc.frontend.locations import LocRenderer, RawLoc
+from cgc.frontend.node_checks import (
+    actor_class,
+    actor_options,
+    check_ctor,
+    check_method,
+    encode_constant,
+    hint_to_proto,
+)
 from cgc.frontend.nodes import (
     CallNode,
     DAGNode,
@@ -27,10 +34,9 @@ from cgc.frontend.nodes import (
     InputNode,
     MultiOutputNode,
 )
+from cgc.frontend.ray_private import is_ray_dag_object
 from cgc.frontend.reporter import Names
-from cgc.frontend.validate import validate_structure
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.values import ValueEncodeError, encode_value
 
 __all__ = ["TraceResult", "trace"]
 
@@ -45,10 +51,6 @@ class TraceResult:
     needs_trust: bool = False
     live_handles: dict[str, Any] = field(default_factory=dict)  # actor name -> Ray handle
     classes: dict[str, type] = field(default_factory=dict)  # actor name -> class object
-
-
-def _is_ray_object(value: Any) -> bool:
-    return type(value).__module__.startswith("ray.")
 
 
 def trace(
@@ -75,22 +77,13 @@ def trace(
         CompileError: the graph is invalid; the message names the node, Class.method and
             the source line, and says how to fix it.
     """
-    if _is_ray_object(output) or (
-        isinstance(output, MultiOutputNode) and any(_is_ray_object(o) for o in output.outputs)
+    if is_ray_dag_object(output) or (
+        isinstance(output, MultiOutputNode) and any(is_ray_dag_object(o) for o in output.outputs)
     ):
         from cgc.frontend.ray_adapter import convert_output
 
         output = convert_output(output)
-    if isinstance(output, MultiOutputNode):
-        outputs, multi, out_loc = list(output.outputs), True, output._loc
-    elif isinstance(output, DAGNode):
-        outputs, multi, out_loc = [output], False, output._loc
-    else:
-        kind = type(output).__name__
-        raise CompileError(
-            f"the graph's output is a {kind}, not a node; return the last node of the graph, "
-            "or MultiOutputNode([...]) for several outputs (e.g. the list a collective returns)"
-        )
+    outputs, multi, out_loc = split_output(output)
     return _Tracer(allow_pickle, model_file, model_module).run(outputs, multi, out_loc)
 
 
@@ -121,7 +114,7 @@ class _Tracer:
             if not isinstance(e, (CallNode, CollectiveNode)) or not walk.upstream_inputs(e) - ours
         ]
         actors = self._name_everything(calls, extra)
-        validate_structure(self.names, outputs, got, cycle, extra, out_loc)
+        check_structure(self.names, outputs, got, cycle, extra, out_loc)
         return self._emit(outputs, multi, out_loc, got, order, actors)
 
     def _name_everything(self, calls: list[Any], extra: list[Any]) -> list[Any]:
@@ -133,7 +126,7 @@ class _Tracer:
                 seen.add(id(n.actor))
                 actors.append(n.actor)
         names = derive_names([(a.options.get("name") or "", a._describe()) for a in actors])
-        for a, name in zip(actors, names, strict=False):
+        for a, name in zip(actors, names, strict=True):
             self.names.actor[id(a)] = name
         members = {id(n) for n in calls} | {id(e) for e in extra}
         for a in actors:
@@ -144,7 +137,15 @@ class _Tracer:
         return [a for a in actors if id(a) in graph_actor_ids]
 
     # ------------------------------------------------------------------ emission
-    def _emit(self, outputs, multi, out_loc, got, order, actors) -> TraceResult:
+    def _emit(
+        self,
+        outputs: list[Any],
+        multi: bool,
+        out_loc: RawLoc,
+        got: walk.Collected,
+        order: list[Any],
+        actors: list[Any],
+    ) -> TraceResult:
         g = pb.Graph()
         result = TraceResult(graph=g)
         modules: dict[str, pb.EmbeddedModule] = {}
@@ -236,23 +237,17 @@ class _Tracer:
         return pb.Arg(constant=self._const(consumer, value, path))
 
     def _const(self, consumer: Any, value: Any, path: str, actor: Any = None) -> pb.Value:
-        try:
-            encoded, pickled = encode_value(value, allow_pickle=self.allow_pickle, path=path)
-        except ValueEncodeError as exc:
-            fix = (
-                "pass it through the graph's input instead, or allow pickled constants "
-                "(--allow-pickle / allow_pickle=True; the plan then needs trust to load)"
-            )
-            if actor is not None:
-                raise self.names.fail_actor(actor, f"constructor {exc.problem}", fix) from None
-            raise self.names.fail(consumer, f"constant {exc.problem}", fix) from None
+        encoded, pickled = encode_constant(
+            self.names, consumer, value, path, allow_pickle=self.allow_pickle, actor=actor
+        )
         self.needs_trust |= pickled
         return encoded
 
     def _collective(self, g: pb.Graph, cid: int, grp: Any) -> None:
         c = g.collectives.add(id=cid, kind=_KINDS[grp.kind])
         if grp.op is not None:
-            c.reduce_op = ReduceOp(grp.op).value
+            # cgc's ReduceOp has the plan's numbering (collectives.py)
+            c.reduce_op = cast(pb.ReduceOp, ReduceOp(grp.op).value)
         for m in grp.members:
             c.nodes.append(self.ids[id(m)])
             g.nodes[self.ids[id(m)]].collective = cid
@@ -276,23 +271,13 @@ class _Tracer:
                 pb.ExternalActor(name=ext.name, namespace=ext.namespace, actor_id=ext.actor_id)
             )
             return out
-        ref, problem, embedded = class_ref(
-            a.class_module,
-            a.class_qualname,
-            model_file=self.model_file,
-            model_module=self.model_module,
+        ref, embedded = actor_class(
+            self.names, a, model_file=self.model_file, model_module=self.model_module
         )
-        if problem:
-            raise self.names.fail_actor(a, problem, "then compile again")
         out.cls.CopyFrom(ref)
         if embedded is not None:
             modules.setdefault(embedded.name, embedded)
-        options, problem = options_proto(a.options)
-        if problem:
-            raise self.names.fail_actor(
-                a, problem, "give numbers for resources and a JSON-serializable runtime_env"
-            )
-        out.options.CopyFrom(options)
+        out.options.CopyFrom(actor_options(self.names, a))
         check_ctor(self.names, a)
         for i, v in enumerate(a.ctor_args):
             out.ctor_args.append(self._const(None, v, f"argument {i}", actor=a))

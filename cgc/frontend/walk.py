@@ -7,6 +7,7 @@ arguments in the order the user wrote them, so the result only depends on the pr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from cgc.frontend.collectives import CollectiveNode
@@ -125,7 +126,7 @@ def _actor_prev(nodes: list[Any]) -> dict[int, Any]:
     prev: dict[int, Any] = {}
     for calls in by_actor.values():
         calls.sort(key=lambda c: c.bind_index)
-        for before, after in zip(calls, calls[1:], strict=False):
+        for before, after in pairwise(calls):
             prev[id(after)] = before
     return prev
 

@@ -1,7 +1,10 @@
-"""Whole-graph checks: hidden nodes, cycles, inputs, dangling results, unused inputs.
+"""Whole-graph checks at trace time: the output, hidden nodes, cycles, inputs, dangling
+results, unused inputs, duplicate actor names.
 
-They run after naming (so messages use the final names) and before emission. Checks that
-need placement (NCCL on CPU-only actors, NCCL to the driver) belong to the passes.
+This is the home of every check that needs more than one node to decide: the shape of
+the graph rather than any single call. They run after naming (so messages use the final
+names) and before emission. Checks of one node or one actor live in ``node_checks``;
+the overview of where a new check goes is in ``cgc.frontend``'s docstring.
 """
 
 from __future__ import annotations
@@ -11,23 +14,41 @@ from typing import Any
 from cgc.errors import CompileError
 from cgc.frontend import walk
 from cgc.frontend.collectives import CollectiveNode
+from cgc.frontend.locations import RawLoc
 from cgc.frontend.nodes import (
     CallNode,
+    DAGNode,
     InputAttributeNode,
     InputNode,
     MultiOutputNode,
     OutputRef,
 )
+from cgc.frontend.ray_private import is_ray_dag_object
 from cgc.frontend.reporter import Names
 
-__all__ = ["validate_structure"]
+__all__ = ["split_output", "check_structure"]
 
 
-def _is_ray_node(value: Any) -> bool:
-    return type(value).__module__.startswith("ray.dag")
+def split_output(output: Any) -> tuple[list[Any], bool, RawLoc]:
+    """The graph's outputs, whether there are several, and where the output was written.
+
+    Example: ``split_output(MultiOutputNode([a, b]))`` is ``([a, b], True, <its loc>)``.
+
+    Raises:
+        CompileError: ``output`` is neither a node nor a ``MultiOutputNode``.
+    """
+    if isinstance(output, MultiOutputNode):
+        return list(output.outputs), True, output._loc
+    if isinstance(output, DAGNode):
+        return [output], False, output._loc
+    kind = type(output).__name__
+    raise CompileError(
+        f"the graph's output is a {kind}, not a node; return the last node of the graph, "
+        "or MultiOutputNode([...]) for several outputs (e.g. the list a collective returns)"
+    )
 
 
-def validate_structure(
+def check_structure(
     names: Names,
     outputs: list[Any],
     got: walk.Collected,
@@ -72,7 +93,7 @@ def validate_structure(
     inp = inputs[0]
     for n in got.nodes:
         for v in walk.arg_values(n):
-            if _is_ray_node(v):
+            if is_ray_dag_object(v):
                 raise names.fail(
                     n,
                     f"a Ray DAG node ({type(v).__name__}) is bound into a cgc node",

@@ -1,7 +1,13 @@
-"""Per-node checks of a traced graph: signatures, unknown methods, constants, hints.
+"""Per-node and per-actor checks at trace time: one node or one actor at a time.
 
-Each check gets a ``Reporter`` that knows the final node and actor names and renders the
-user's source line, so every message reads
+This is the home of every check that needs the final names (so it runs while tracing) but
+looks at one thing only: a call's method and bound arguments, a constant, a transport
+hint, an actor's constructor arguments, class and options. Checks that need the whole
+graph live in ``graph_checks``; the overview of where a new check goes is in
+``cgc.frontend``'s docstring.
+
+Each check gets the tracer's ``Names``, which knows the final node and actor names and
+renders the user's source line, so every message reads
 ``model.py:14: w1.fwd#2 (Worker.fwd): <what is wrong>; <how to fix it>``.
 """
 
@@ -9,26 +15,40 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Protocol
+import os
+from types import ModuleType
+from typing import Any
 
-from cgc.errors import CompileError
-from cgc.frontend.locations import RawLoc
-from cgc.frontend.nodes import DAGNode, HintSpec
+from cgc.frontend import ray_private
+from cgc.frontend.actor_proto import class_ref, options_proto
+from cgc.frontend.nodes import HintSpec
+from cgc.frontend.reporter import Names
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.values import ValueEncodeError, encode_value
 
-__all__ = ["Reporter", "check_method", "check_ctor", "hint_to_proto", "method_names"]
-
-
-class Reporter(Protocol):
-    def fail(
-        self, node: Any, problem: str, fix: str, loc: RawLoc | None = None
-    ) -> CompileError: ...
-
-    def fail_actor(self, actor: Any, problem: str, fix: str) -> CompileError: ...
+__all__ = [
+    "check_method",
+    "check_ctor",
+    "hint_to_proto",
+    "encode_constant",
+    "actor_class",
+    "actor_options",
+    "method_names",
+]
 
 
 def method_names(cls: type) -> list[str]:
-    """Public callable attributes of ``cls`` (the methods a graph may bind)."""
+    """Callable attributes of ``cls`` other than dunders (the methods a graph may bind).
+
+    >>> class Worker:
+    ...     def fwd(self, x): ...
+    ...     def _helper(self): ...
+    >>> method_names(Worker)
+    ['_helper', 'fwd']
+
+    Raises:
+        Nothing.
+    """
     names = []
     for name in dir(cls):
         if name.startswith("__"):
@@ -54,7 +74,7 @@ def _signature(cls: type, name: str) -> inspect.Signature | None:
     if not isinstance(raw, (staticmethod, classmethod)) and params:
         params = params[1:]  # drop self: the function was looked up on the class
     # Ray's tracing wrapper adds this keyword; users never pass it.
-    params = [p for p in params if p.name != "_ray_trace_ctx"]
+    params = [p for p in params if p.name != ray_private.TRACE_CTX_KWARG]
     return sig.replace(parameters=params)
 
 
@@ -75,8 +95,12 @@ def _bind_error(sig: inspect.Signature, name: str, args: tuple, kwargs: dict) ->
     return None
 
 
-def check_method(rep: Reporter, node: Any, cls: type | None) -> None:
+def check_method(rep: Names, node: Any, cls: type | None) -> None:
     """Unknown method (with a suggestion) and arguments that do not fit its signature.
+
+    Example: ``w.fwd.bind(inp, 2.0, 3)`` on ``def fwd(self, x, scale=1.0)`` raises
+    ``model.py:9: worker.fwd#0 (Worker.fwd): fwd() takes 2 positional arguments but 3
+    positional were bound: ...; bind arguments that match def fwd(x, scale=1.0)``.
 
     Raises:
         CompileError: the method does not exist on the class, or the bound arguments do
@@ -101,8 +125,11 @@ def check_method(rep: Reporter, node: Any, cls: type | None) -> None:
         raise rep.fail(node, problem, f"bind arguments that match def {name}{sig}")
 
 
-def check_ctor(rep: Reporter, actor: Any) -> None:
+def check_ctor(rep: Names, actor: Any) -> None:
     """The constructor arguments of ``actor`` fit ``__init__``; no nodes among them.
+
+    Example: ``Worker.bind(inp)`` raises ``model.py:7: actor worker (Worker.__init__): a
+    graph node is passed to the actor's constructor, ...``.
 
     Raises:
         CompileError: a node among the constructor arguments, or arguments that do not bind.
@@ -119,6 +146,7 @@ def check_ctor(rep: Reporter, actor: Any) -> None:
     cls = actor.cls
     if cls is None or actor.external is not None:
         return
+    sig: inspect.Signature | None
     if cls.__init__ is object.__init__:
         sig = inspect.Signature([])
     else:
@@ -142,7 +170,7 @@ _TRANSPORTS = {
 _DEVICES = {"default": pb.DEVICE_DEFAULT, "cpu": pb.CPU, "gpu": pb.GPU, "cuda": pb.GPU}
 
 
-def _lookup(rep: Reporter, node: Any, hint: Any, value: Any, table: dict, what: str,
+def _lookup(rep: Names, node: Any, hint: Any, value: Any, table: dict, what: str,
             fix: str) -> Any:
     """``table[value]`` (strings case-insensitive), or a CompileError naming the hint."""
     key = value.lower() if isinstance(value, str) else value
@@ -152,7 +180,7 @@ def _lookup(rep: Reporter, node: Any, hint: Any, value: Any, table: dict, what: 
 
 
 def hint_to_proto(
-    rep: Reporter,
+    rep: Names,
     node: Any,
     hint: HintSpec,
     *,
@@ -161,6 +189,9 @@ def hint_to_proto(
     loc_proto: pb.SourceLoc,
 ) -> pb.TransportHint:
     """Validate one hint (what can be decided without placement) and encode it.
+
+    Example: ``inp.with_tensor_transport("nccl")`` raises ``... input (graph input): an
+    input cannot be sent over NCCL: the driver never joins a communicator; ...``.
 
     Raises:
         CompileError: an unknown transport or device, NCCL on an input (the driver never
@@ -206,5 +237,83 @@ def hint_to_proto(
     return out
 
 
-def is_node(value: Any) -> bool:
-    return isinstance(value, DAGNode)
+
+def encode_constant(
+    rep: Names,
+    consumer: Any,
+    value: Any,
+    path: str,
+    *,
+    allow_pickle: bool,
+    actor: Any = None,
+) -> tuple[pb.Value, bool]:
+    """Encode a constant bound into ``consumer`` (or ``actor``'s constructor when given).
+
+    Returns the encoded value and whether it had to be pickled (the plan then needs trust).
+
+    Example::
+
+        value, pickled = encode_constant(names, node, 3, "argument 1", allow_pickle=False)
+
+    Raises:
+        CompileError: the constant is not plain data and ``allow_pickle`` is off; the
+            message names the node (or the actor's constructor) and the argument.
+    """
+    try:
+        return encode_value(value, allow_pickle=allow_pickle, path=path)
+    except ValueEncodeError as exc:
+        fix = (
+            "pass it through the graph's input instead, or allow pickled constants "
+            "(--allow-pickle / allow_pickle=True; the plan then needs trust to load)"
+        )
+        if actor is not None:
+            raise rep.fail_actor(actor, f"constructor {exc.problem}", fix) from None
+        raise rep.fail(consumer, f"constant {exc.problem}", fix) from None
+
+
+def actor_class(
+    rep: Names,
+    actor: Any,
+    *,
+    model_file: str | os.PathLike[str] | None,
+    model_module: ModuleType | None,
+) -> tuple[pb.ClassRef, pb.EmbeddedModule | None]:
+    """The actor's class reference and the model module to embed (None when importable).
+
+    Example::
+
+        ref, embedded = actor_class(names, actor, model_file=None, model_module=None)
+
+    Raises:
+        CompileError: the actors could not import the class (defined inside a function,
+            or in an interactive session).
+        OSError: the model file cannot be read.
+    """
+    ref, problem, embedded = class_ref(
+        actor.class_module,
+        actor.class_qualname,
+        model_file=model_file,
+        model_module=model_module,
+    )
+    if problem:
+        raise rep.fail_actor(actor, problem, "then compile again")
+    return ref, embedded
+
+
+def actor_options(rep: Names, actor: Any) -> pb.ActorOptions:
+    """The actor's options as stored in a plan.
+
+    Example::
+
+        options = actor_options(names, actor)   # options.num_cpus == 1.0
+
+    Raises:
+        CompileError: a resource amount that is not a number, or a runtime_env that is
+            not JSON-serializable.
+    """
+    options, problem = options_proto(actor.options)
+    if problem:
+        raise rep.fail_actor(
+            actor, problem, "give numbers for resources and a JSON-serializable runtime_env"
+        )
+    return options
