@@ -41,6 +41,7 @@ field.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import PlanFormatError
@@ -66,7 +67,7 @@ _TOKEN = re.compile(
 _COMM_OPS = (pb.SEND, pb.RECV, pb.COLL)
 
 
-def _name(enum, value: int, what: str) -> str:  # noqa: ANN001 - a protobuf enum wrapper
+def _name(enum: Any, value: int, what: str) -> str:  # a protobuf enum wrapper
     """``enum.Name(value)``, or PlanFormatError naming ``what`` for a value it lacks."""
     try:
         return enum.Name(value)

@@ -24,6 +24,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from types import ModuleType
+from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 
@@ -42,7 +43,7 @@ class _EmbeddedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None
         return importlib.util.spec_from_loader(fullname, self, origin=entry[1])
 
-    def create_module(self, spec) -> None:  # noqa: ANN001
+    def create_module(self, spec: Any) -> None:
         return None  # the default module object
 
     def exec_module(self, module: ModuleType) -> None:

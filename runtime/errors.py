@@ -161,7 +161,7 @@ def _remote_class_for(base: type) -> type | None:
                 return None
             cls.__qualname__ = base.__qualname__
             # Keep our __str__ even when the base defines its own (KeyError does).
-            cls.__str__ = RemoteError.__str__  # type: ignore[method-assign]
+            cls.__str__ = RemoteError.__str__  # type: ignore[method-assign,assignment]
             _dyn_classes[base] = cls
     return cls
 
@@ -196,7 +196,7 @@ def to_exception(ev: Any) -> RemoteError:
     if cls is None:
         cls = RemoteError
     try:
-        exc = cls.__new__(cls)
+        exc = cls.__new__(cls)  # type: ignore[call-overload]
         if orig is not None and cls is not RemoteError:
             if isinstance(orig, OSError):  # C-level fields that __dict__ does not hold
                 for attr in ("errno", "strerror", "filename", "filename2"):

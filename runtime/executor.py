@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -326,9 +327,13 @@ class ActorLoop:
             with LOOPS_LOCK:
                 TRACES[self.gid] = (pro_rec, ops_rec)
             offs = [o.exec_offset for o in self.program.ops]
-            prologue = [traced(op, i, lambda: 0, pro_rec) for i, op in enumerate(prologue)]
-            ops = [traced(op, i, lambda off=offs[i]: self.exec + off, ops_rec)
-                   for i, op in enumerate(ops)]
+
+            def exec_of(off: int) -> Callable[[], int]:
+                return lambda: self.exec + off
+
+            prologue = [traced(op, i, exec_of(0), pro_rec)  # the prologue runs as execution 0
+                        for i, op in enumerate(prologue)]
+            ops = [traced(op, i, exec_of(offs[i]), ops_rec) for i, op in enumerate(ops)]
         if self.opts.nvtx:
             from cgc.runtime.profiling import nvtx_wrap, require_nvtx
 

@@ -65,7 +65,7 @@ def input_value(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 def input_attr(whole: Any, index: int | None, field: str | None) -> Any:
     """One INPUT_ATTR value (``inp[index]`` or ``inp.field``) from the whole input value."""
     if isinstance(whole, CallArgs):
-        return whole.args[index] if field is None else whole.kwargs[field]
+        return whole.args[index or 0] if field is None else whole.kwargs[field]
     if field is None and index == 0:
         return whole
     raise KeyError(f"input has no {'field ' + repr(field) if field else 'index ' + str(index)}")

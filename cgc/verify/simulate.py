@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol
+from typing import Any, Protocol
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
@@ -138,7 +138,7 @@ class _DriverOps:
 class _Proc:
     """A process: its op sequence (made lazily), program counter and current op."""
 
-    def __init__(self, name: str, ops, length: int) -> None:
+    def __init__(self, name: str, ops: Any, length: int) -> None:
         self.name = name
         self._make = ops  # re-iterable: a fresh iterator for the report's windows
         self._it = iter(ops)

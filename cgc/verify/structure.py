@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
@@ -36,7 +36,7 @@ _COMM_OPS = (pb.SEND, pb.RECV, pb.COLL)
 BACKENDS = ("nccl", "cpu")
 
 
-def _known(enum) -> frozenset[int]:  # noqa: ANN001 - a protobuf enum wrapper
+def _known(enum: Any) -> frozenset[int]:  # a protobuf enum wrapper
     return frozenset(enum.values())
 
 
@@ -272,10 +272,10 @@ def _check_channels(plan: pb.Plan) -> None:
     for cid, arg in zip(outs, output.args, strict=True):
         if not 1 <= cid <= len(low.channels) or DRIVER not in low.channels[cid - 1].readers:
             _fail(f"output channel c{cid} is missing or not read by the driver")
-        src = low.channels[cid - 1].source
-        if (src.node, src.output_index) != (arg.ref.node, arg.ref.output_index):
+        ref = low.channels[cid - 1].source
+        if (ref.node, ref.output_index) != (arg.ref.node, arg.ref.output_index):
             _fail(
-                f"output channel c{cid} carries %{src.node}.{src.output_index}, not the "
+                f"output channel c{cid} carries %{ref.node}.{ref.output_index}, not the "
                 f"output's %{arg.ref.node}.{arg.ref.output_index}"
             )
     read = {ch.id for ch in low.channels if DRIVER in ch.readers}
