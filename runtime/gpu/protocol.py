@@ -58,7 +58,7 @@ from .tensors import (
     torch_dtype,
 )
 
-__all__ = ["DeviceTransport", "DeviceCommunicator", "reduce_op", "collective_plan"]
+__all__ = ["DeviceTransport", "DeviceCommunicator", "reduce_op", "collective_plan", "header_for"]
 
 
 def reduce_op(op: ReduceOp | str) -> ReduceOp:
@@ -120,6 +120,26 @@ class DeviceTransport(abc.ABC):
 
     def destroy(self) -> None:
         """Release the transport (also after ``abort``, then only what is left)."""
+
+
+def header_for(value: Any, tag: str, is_device: Callable[[Any], bool],
+               static: TensorMeta | None = None, where: str = "") -> tuple[Header, list[Any]]:
+    """``make_header`` for a send, with the value rules of device edges: a value that
+    breaks a static edge's declaration (``static``), or cannot be pickled, becomes an
+    error header (the receiver gets an ``ErrorValue``, the graph goes on)."""
+    if static is not None and type(value) is not ErrorValue:
+        if not is_device(value) or tensor_meta(value) != static:
+            got = (f"{tuple(value.shape)}/{str(value.dtype).removeprefix('torch.')}"
+                   if is_device(value) else f"a {type(value).__name__}")
+            value = ErrorValue.from_exception(ValueError(
+                f"a static edge declares one tensor {static.shape}/{static.dtype}, the value "
+                f"is {got}"), method="send", communicator=where)
+    try:
+        return make_header(value, tag, is_device)
+    except Exception as exc:  # noqa: BLE001 - an unsendable value travels as an error
+        return error_header(ErrorValue.from_exception(TypeError(
+            f"the value cannot be sent ({type(value).__name__}): {exc}"), method="send",
+            communicator=where), tag), []
 
 
 def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str, Any]:
@@ -300,18 +320,7 @@ class DeviceCommunicator(Communicator):
               dtype: Any) -> None:
         smeta = self._static_meta(shape, dtype) if shape is not None and dtype else None
         tr = self.transport
-        if smeta is not None and type(value) is not ErrorValue:
-            if not tr.is_device(value) or tensor_meta(value) != smeta:
-                got = (f"{tuple(value.shape)}/{str(value.dtype).removeprefix('torch.')}"
-                       if tr.is_device(value) else f"a {type(value).__name__}")
-                value = self._as_error(ValueError(
-                    f"a static edge declares one tensor {smeta.shape}/{smeta.dtype}, the "
-                    f"value is {got}"), "send")
-        try:
-            hdr, tensors = make_header(value, "p2p", tr.is_device)
-        except Exception as exc:  # noqa: BLE001 - an unsendable value travels as an error
-            hdr, tensors = error_header(self._as_error(TypeError(
-                f"the value cannot be sent ({type(value).__name__}): {exc}"), "send")), []
+        hdr, tensors = header_for(value, "p2p", tr.is_device, smeta, self.name)
         self.side.send(peer, hdr, timeout)
         if hdr.status == STATUS_ERROR:
             if smeta is None:
