@@ -66,8 +66,8 @@ from cgc.runtime.channels.errors import ChannelClosedError, ChannelError, ErrorV
 from cgc.runtime.channels.shm import Segment
 
 from .protocol import header_for, reduce_op
-from .sidechannel import SideChannels, SideFactory, ShmSideChannels
-from .streams import SYNC_COUNTER, NullStreams, actor_streams
+from .sidechannel import ShmSideChannels, SideChannels, SideFactory
+from .streams import SYNC_COUNTER, actor_streams
 from .tensors import STATUS_ERROR, Header, is_cuda_tensor, open_header, static_meta, torch_dtype
 
 __all__ = ["IpcDevice", "CudaIpcDevice", "ShmIpcDevice", "CudaIpcCommunicator"]
@@ -601,10 +601,15 @@ class CudaIpcCommunicator(Communicator):
         return self._op(run)
 
     # ---------------------------------------------------------------- set-up / teardown
-    def warm_up(self, peers: Any, timeout: float | None = 60.0) -> None:
+    def warm_up(self, peers: Any, timeout: float | None = 60.0,
+                collective: bool = False) -> None:
         """Exchange handles with every peer in ``peers`` (both directions) and move one
         1-element tensor each way, so the first real value pays no set-up. Every member
-        of a pair must call it (all sends first, then all receives: deadlock-free)."""
+        of a pair must call it (all sends first, then all receives: deadlock-free).
+        ``collective``: collectives here are exchanges between all pairs, so every rank
+        is warmed with every other."""
+        if collective:
+            peers = range(self.world_size)
         peers = sorted(set(peers) - {self.rank})
 
         def run() -> None:

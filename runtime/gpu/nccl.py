@@ -34,7 +34,7 @@ from cgc.runtime.errors import SetupError
 
 from .nccl_lib import DTYPES, OPS, UINT8, NcclHandle, NcclLib, nccl_lib
 from .protocol import DeviceCommunicator, DeviceTransport
-from .sidechannel import SideChannels, SideFactory, ShmSideChannels, exchange
+from .sidechannel import ShmSideChannels, SideChannels, SideFactory, exchange
 from .streams import actor_streams
 from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
 

@@ -267,29 +267,29 @@ class CtypesNccl(NcclLib):
         lib = self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_GLOBAL)
         self.blocking = blocking
         self._tls = threading.local()  # group depth per thread
-        P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t  # noqa: N806
+        P, Int, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t  # noqa: N806
         sig = {
-            "ncclGetVersion": [ctypes.POINTER(I)],
+            "ncclGetVersion": [ctypes.POINTER(Int)],
             "ncclGetUniqueId": [ctypes.POINTER(_UniqueId)],
-            "ncclCommInitRankConfig": [ctypes.POINTER(P), I, _UniqueId, I,
+            "ncclCommInitRankConfig": [ctypes.POINTER(P), Int, _UniqueId, Int,
                                        ctypes.POINTER(_Config)],
-            "ncclCommGetAsyncError": [P, ctypes.POINTER(I)],
+            "ncclCommGetAsyncError": [P, ctypes.POINTER(Int)],
             "ncclCommAbort": [P],
             "ncclCommDestroy": [P],
             "ncclCommFinalize": [P],
             "ncclGroupStart": [],
             "ncclGroupEnd": [],
-            "ncclSend": [P, S, I, I, P, P],
-            "ncclRecv": [P, S, I, I, P, P],
-            "ncclAllReduce": [P, P, S, I, I, P, P],
-            "ncclAllGather": [P, P, S, I, P, P],
-            "ncclReduceScatter": [P, P, S, I, I, P, P],
-            "ncclBroadcast": [P, P, S, I, I, P, P],
+            "ncclSend": [P, S, Int, Int, P, P],
+            "ncclRecv": [P, S, Int, Int, P, P],
+            "ncclAllReduce": [P, P, S, Int, Int, P, P],
+            "ncclAllGather": [P, P, S, Int, P, P],
+            "ncclReduceScatter": [P, P, S, Int, Int, P, P],
+            "ncclBroadcast": [P, P, S, Int, Int, P, P],
         }
         for fn, args in sig.items():
             f = getattr(lib, fn)
-            f.argtypes, f.restype = args, I
-        lib.ncclGetErrorString.argtypes, lib.ncclGetErrorString.restype = [I], ctypes.c_char_p
+            f.argtypes, f.restype = args, Int
+        lib.ncclGetErrorString.argtypes, lib.ncclGetErrorString.restype = [Int], ctypes.c_char_p
         try:
             lib.ncclGetLastError.argtypes = [P]
             lib.ncclGetLastError.restype = ctypes.c_char_p

@@ -44,7 +44,7 @@ from cgc.runtime.channels.comm import Communicator, ReduceOp, reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError, ErrorValue
 
 from .sidechannel import SideChannels, exchange
-from .streams import NullStreams
+from .streams import NullStreams, wait_event
 from .tensors import (
     STATUS_ERROR,
     Header,
@@ -112,12 +112,14 @@ class DeviceTransport(abc.ABC):
         """Why this transport cannot reduce ``dtype`` with ``op`` (None: it can)."""
         return None
 
-    def check(self) -> None:
+    def check(self) -> None:  # noqa: B027 - optional hook: most transports never fail late
         """Raise if the transport failed asynchronously (polled while waiting)."""
 
+    @abc.abstractmethod
     def abort(self) -> None:
         """End any hang now (from any thread); later calls raise ChannelClosedError."""
 
+    @abc.abstractmethod
     def destroy(self) -> None:
         """Release the transport (also after ``abort``, then only what is left)."""
 
@@ -512,6 +514,39 @@ class DeviceCommunicator(Communicator):
 
         return self._coll(f"broadcast.{root}", value, timeout, run,
                           lambda vals: vals[root], status)
+
+    # ---------------------------------------------------------------- set-up
+    def warm_up(self, peers: Sequence[int], timeout: float | None = 60.0,
+                collective: bool = False) -> None:
+        """One real 1-byte transfer each way with every rank in ``peers``, in one transport
+        group (so NCCL makes the p2p connections now, not in the first execution), and a
+        1-element allreduce when ``collective``. Every member calls it (peers symmetric);
+        waits (polling, at set-up) until the device finished it.
+
+        Raises:
+            ChannelTimeoutError: not done within ``timeout``. NcclError: NCCL failed.
+        """
+        peers = sorted(set(peers) - {self.rank})
+        one = TensorMeta((1,), "uint8", 1)
+        self._enter()
+        try:
+            if peers:
+                bufs = self._alloc([one] * (len(peers) + 1))
+                src = bufs.pop()
+                with self.streams.comm_context():
+                    src.zero_()
+                self.transport.p2p([(src, p) for p in peers],
+                                   list(zip(bufs, peers, strict=True)))
+            if collective:
+                (x,) = self._alloc([TensorMeta((1,), "float32", 4)])
+                with self.streams.comm_context():
+                    x.zero_()
+                self.transport.allreduce(x, x, ReduceOp.SUM)
+            ev = self.streams.comm_done()
+            if ev is not None:
+                wait_event(ev.query, timeout, self._poll, f"{self.name} warm-up")
+        finally:
+            self._leave()
 
     # ---------------------------------------------------------------- teardown
     def abort(self) -> None:

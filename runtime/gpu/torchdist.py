@@ -32,7 +32,7 @@ from cgc.runtime.channels.comm import ReduceOp
 
 from .nccl import nccl_dtype
 from .protocol import DeviceCommunicator, DeviceTransport
-from .sidechannel import SideChannels, SideFactory, ShmSideChannels
+from .sidechannel import ShmSideChannels, SideChannels, SideFactory
 from .streams import NullStreams, actor_streams
 from .tensors import TensorMeta, cpu_stand_in, is_cuda_tensor, torch_dtype
 
