@@ -181,7 +181,8 @@ class NcclCommunicator(DeviceCommunicator):
             if side_factory is not None:
                 side = side_factory(rank, world_size)
             elif prefix is not None:
-                side = ShmSideChannels(prefix, rank, world_size)
+                side = ShmSideChannels(prefix, rank, world_size,
+                                       attach_timeout=max(init_timeout, 1.0))
             else:
                 raise ValueError(f"{name}: pass prefix, side or side_factory")
         deadline = time.monotonic() + init_timeout

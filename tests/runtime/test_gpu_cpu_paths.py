@@ -681,3 +681,22 @@ def test_p2p_peers_of_a_compiled_nccl_plan():
     assert not has_collectives(plan, 0)
     plan = cgc.compile_file(ROOT / "examples" / "allreduce.py").proto
     assert has_collectives(plan, 0)
+
+
+def test_factory_opens_each_transport(prefix):
+    from cgc.runtime.gpu.factory import open_device_communicator
+
+    comms = [open_device_communicator("host_staging", rank=r, world_size=2, prefix=prefix,
+                                      streams=NullStreams(), timeout=30) for r in (0, 1)]
+    res = run_ranks(lambda: comms[0].allreduce(torch.tensor([1.0])),
+                    lambda: comms[1].allreduce(torch.tensor([2.0])))
+    assert [r.tolist() for r in res] == [[3.0], [3.0]]
+    for c in comms:
+        c.destroy(0.5)
+    cpu = open_device_communicator("cpu", rank=0, world_size=1, prefix=prefix + "c-")
+    assert isinstance(cpu, CpuCommunicator)
+    cpu.destroy()
+    with pytest.raises(SetupError, match="unique id"):
+        open_device_communicator("nccl", rank=0, world_size=1, prefix=prefix)
+    with pytest.raises(SetupError, match="unknown communicator transport"):
+        open_device_communicator("rdma", rank=0, world_size=1, prefix=prefix)
