@@ -281,11 +281,11 @@ class DeviceCommunicator(Communicator):
         return out
 
     def _finish(self, received: Sequence[Any]) -> Any:
-        """Event after a device op; compute-stream bookkeeping for what it produced."""
+        """After a device op that produced ``received``: the comm event (``last_event``),
+        their lifetime across streams, and the compute stream's wait when eager."""
         ev = self.streams.comm_done()
         self.last_event = ev
-        if received:
-            self.streams.mark_compute_use(received)
+        self.streams.mark_compute_use(received)
         self.streams.received(ev)
         return ev
 
@@ -330,8 +330,9 @@ class DeviceCommunicator(Communicator):
             tensors = [self._dummy(smeta)]
         sends = [(as_bytes(t), peer) for t in self._ready(tensors) if t.numel()]
         if sends:
+            # No event, no compute-stream wait: nothing on this rank consumes a send; the
+            # bytes stay valid (record_stream in _ready, comm-pool copies otherwise).
             tr.p2p(sends, ())
-            self._finish(())
 
     def recv(self, peer: int, shape: Any = None, dtype: Any = None,
              timeout: float | None = None) -> Any:
@@ -503,8 +504,8 @@ class DeviceCommunicator(Communicator):
         def run(x: Any, meta: TensorMeta) -> Any:
             if self.rank == root:
                 buf = self._input(x)
-                self.transport.broadcast(as_bytes(buf), root)
-                self._finish(())
+                if meta.nbytes:
+                    self.transport.broadcast(as_bytes(buf), root)
                 return x
             (out,) = self._alloc([meta])
             if meta.nbytes:

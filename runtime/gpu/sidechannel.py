@@ -68,13 +68,14 @@ class ShmSideChannels:
     Args:
         prefix: unique name prefix for this communicator's rings (from the caller).
         rank, world_size: this rank and the group size.
-        slots: messages a sender may be ahead of its receiver on one pair.
+        slots: messages a sender may be ahead of its receiver on one pair (generous: a
+            pair's FIFO also carries the acknowledgements of the opposite direction).
         slot_bytes: inline bytes per message (larger ones use the ring's data blocks).
         attach_timeout: how long to wait for a peer's ring to appear.
     """
 
-    def __init__(self, prefix: str, rank: int, world_size: int, *, slots: int = 8,
-                 slot_bytes: int = 16 * 1024, attach_timeout: float = 60.0,
+    def __init__(self, prefix: str, rank: int, world_size: int, *, slots: int = 32,
+                 slot_bytes: int = 8 * 1024, attach_timeout: float = 60.0,
                  spin_us: float = 0.0) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} not in 0..{world_size - 1}")

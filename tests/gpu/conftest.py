@@ -66,10 +66,10 @@ def peers(ray_cluster):
         return hs
 
     yield make
+    try:  # all ranks at once: a communicator's teardown may wait for its peers
+        ray.get([h.run.remote(gpu_peers.destroy) for h in made], timeout=60)
+    except Exception:  # noqa: BLE001 - a hung or dead actor: kill it anyway
+        pass
     for h in made:
-        try:
-            ray.get(h.run.remote(gpu_peers.destroy), timeout=30)
-        except Exception:  # noqa: BLE001 - a hung or dead actor: kill it anyway
-            pass
         ray.kill(h)
     cloudpickle.unregister_pickle_by_value(gpu_peers)

@@ -700,3 +700,114 @@ def test_factory_opens_each_transport(prefix):
         open_device_communicator("nccl", rank=0, world_size=1, prefix=prefix)
     with pytest.raises(SetupError, match="unknown communicator transport"):
         open_device_communicator("rdma", rank=0, world_size=1, prefix=prefix)
+
+
+class _FakeNccl:
+    """Stands in for libnccl under CtypesNccl: the state machine of a non-blocking comm."""
+
+    def __init__(self, states):
+        self.states = list(states)  # what ncclCommGetAsyncError reports, in turn
+        self.calls: list[str] = []
+
+    def ncclCommInitRankConfig(self, comm_ref, world, uid, rank, cfg_ref):
+        self.calls.append(f"init blocking={cfg_ref._obj.blocking} v={cfg_ref._obj.version}")
+        comm_ref._obj.value = 0x1234
+        return 7
+
+    def ncclCommGetAsyncError(self, comm, st_ref):
+        st_ref._obj.value = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        return 0
+
+    def ncclCommAbort(self, comm):
+        self.calls.append("abort")
+        return 0
+
+    def ncclGroupStart(self):
+        self.calls.append("start")
+        return 0
+
+    def ncclGroupEnd(self):
+        self.calls.append("end")
+        return 7
+
+    def ncclSend(self, *args):
+        self.calls.append("send")
+        return 0
+
+
+def _ctypes_with(fake):
+    from cgc.runtime.gpu.nccl_lib import CtypesNccl
+
+    lib = CtypesNccl.__new__(CtypesNccl)
+    lib._lib, lib.blocking, lib._tls, lib._last = fake, False, threading.local(), None
+    return lib
+
+
+def test_ctypes_nonblocking_init_deadline_aborts():
+    import time
+
+    fake = _FakeNccl([7])  # in progress for ever: a member never joins
+    lib = _ctypes_with(fake)
+    with pytest.raises(SetupError, match="deadline"):
+        lib.init(2, bytes(128), 0, time.monotonic() + 0.2)
+    assert fake.calls == ["init blocking=0 v=21700", "abort"]
+
+
+def test_ctypes_async_error_and_grouped_ops():
+    import time
+
+    from cgc.runtime.gpu.nccl_lib import NcclError
+
+    fake = _FakeNccl([7, 7, 0])
+    lib = _ctypes_with(fake)
+    h = lib.init(2, bytes(128), 1, time.monotonic() + 10)  # ready after two polls
+    fake.states = [7, 0]
+    lib.group_start()
+    lib.send(h, 1, 8, 1, 0, 0)
+    lib.group_end(h)  # in progress until NCCL queued it
+    assert fake.calls[1:] == ["start", "send", "end"]
+    fake.states = [6]  # ncclRemoteError
+    with pytest.raises(NcclError, match="ncclRemoteError"):
+        lib.check(h)
+
+
+def test_ctypes_abort_from_another_thread_ends_a_poll():
+    import time
+
+    fake = _FakeNccl([0])
+    lib = _ctypes_with(fake)
+    h = lib.init(2, bytes(128), 0, time.monotonic() + 10)
+    fake.states = [7]  # the group end never completes
+    box = {}
+
+    def stuck():
+        lib.group_start()
+        try:
+            lib.group_end(h)
+        except ChannelClosedError as e:
+            box["e"] = e
+
+    t = threading.Thread(target=stuck, daemon=True)
+    t.start()
+    time.sleep(0.1)
+    lib.abort(h)
+    t.join(30)
+    assert not t.is_alive() and "e" in box and h.comm is None and "abort" in fake.calls
+
+
+def test_blocking_init_gives_up_at_its_deadline_and_reports_errors():
+    import time
+
+    from cgc.runtime.gpu.nccl_lib import _blocking_init
+
+    never = threading.Event()
+    with pytest.raises(SetupError, match="cannot be aborted safely"):
+        _blocking_init(never.wait, time.monotonic() + 0.2, None, "init")
+    never.set()
+
+    def boom():
+        raise RuntimeError("nccl said no")
+
+    with pytest.raises(RuntimeError, match="said no"):
+        _blocking_init(boom, time.monotonic() + 10, None, "init")
+    assert _blocking_init(lambda: 5, time.monotonic() + 10, None, "init") == 5
