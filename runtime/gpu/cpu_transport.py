@@ -24,7 +24,7 @@ from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.channels.ring import ShmRingReader, ShmRingWriter
 
 from .protocol import DeviceCommunicator, DeviceTransport
-from .sidechannel import ShmSideChannels
+from .sidechannel import ShmSideChannels, attach_ring
 from .streams import NullStreams
 from .tensors import TensorMeta, cpu_stand_in, torch_dtype
 
@@ -63,8 +63,8 @@ class ShmCpuTransport(DeviceTransport):
     def _reader(self, peer: int) -> ShmRingReader:
         r = self._in.get(peer)
         if r is None:
-            r = self._in[peer] = ShmRingReader.attach(f"{self.prefix}d{peer}-{self.rank}", 0,
-                                                      0.0, self._attach_timeout)
+            r = self._in[peer] = attach_ring(f"{self.prefix}d{peer}-{self.rank}",
+                                             self._attach_timeout)
         return r
 
     def _write(self, peer: int, buf: Any) -> None:

@@ -299,9 +299,6 @@ class DeviceCommunicator(Communicator):
                                f"rank {peer} sent {hdr.tag}")
         return hdr
 
-    def _as_error(self, exc: BaseException, what: str) -> ErrorValue:
-        return ErrorValue.from_exception(exc, method=what, communicator=self.name)
-
     # ---------------------------------------------------------------- p2p
     def send(self, value: Any, peer: int, timeout: float | None = None, *,
              shape: Any = None, dtype: Any = None) -> None:

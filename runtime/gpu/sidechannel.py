@@ -33,7 +33,7 @@ from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.channels.ring import ShmRingReader, ShmRingWriter
 
 __all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "exchange",
-           "POLL_SLICE"]
+           "attach_ring", "POLL_SLICE"]
 
 POLL_SLICE = 0.05  # seconds between health polls (NCCL async errors) while a read waits
 
@@ -95,8 +95,8 @@ class ShmSideChannels:
         if r is None:
             if self._closed:
                 raise ChannelClosedError(f"side-channels of rank {self.rank} were closed")
-            r = self._in[peer] = ShmRingReader.attach(self.name(peer, self.rank), 0, self._spin,
-                                                      self._attach_timeout)
+            r = self._in[peer] = attach_ring(self.name(peer, self.rank), self._attach_timeout,
+                                             self._spin)
         return r
 
     def _check(self, peer: int) -> None:
@@ -163,6 +163,28 @@ class ShmSideChannels:
             except Exception:  # noqa: BLE001
                 pass
         self._in.clear()
+
+
+def attach_ring(name: str, timeout: float, spin_us: float = 0.0) -> ShmRingReader:
+    """Attach as reader 0 of ring ``name``, waiting up to ``timeout`` s for its writer.
+
+    Why not ``ShmRingReader.attach`` alone: a reader in another process can find the
+    segment file created but not yet sized, which ``mmap`` rejects with ValueError; that
+    is one more reason to wait, not a failure.
+
+    Raises:
+        ChannelTimeoutError: the ring did not appear within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ShmRingReader.attach(name, 0, spin_us,
+                                        max(deadline - time.monotonic(), 0.0))
+        except ValueError:
+            if time.monotonic() >= deadline:
+                raise ChannelTimeoutError(f"channel {name} did not appear within "
+                                          f"{timeout} s") from None
+            time.sleep(0.001)
 
 
 def shm_side_factory(prefix: str, **kw: Any) -> SideFactory:
