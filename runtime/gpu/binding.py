@@ -1,0 +1,179 @@
+"""Which transport each plan communicator gets, decided at start from where members really are.
+
+``bind_communicators`` is a pure function of what the set-up probe reported: for every
+communicator its members' ``(node id, GPU UUID or None)``, in rank order, plus the user's
+choice ("auto" | "cpu" | "nccl") and the test-only fake-hosts flag:
+
+=================================================  ===============  ======================
+members                                            "auto"           "nccl"
+=================================================  ===============  ======================
+every member on a GPU of its own                   ``nccl``         ``nccl``
+all on one GPU                                     ``cuda_ipc``     SetupError
+some share a GPU, some do not                      ``host_staging``  SetupError
+some have a GPU, some none                         ``host_staging``  SetupError
+no member has a GPU                                ``cpu``          SetupError
+=================================================  ===============  ======================
+
+"cpu" gives ``cpu`` everywhere. With fake hosts (``CGC_NCCL_FAKE_HOSTS=1``, tests on one
+GPU) every all-GPU communicator gets ``nccl``: each actor calls ``apply_fake_hosts(name)``
+before its first NCCL call, so NCCL sees one "host" per rank and accepts two ranks on one
+device over sockets (slow, correct). Each ``Binding`` has a one-line ``reason`` for
+``cgc run`` to print and for the graph's bindings.
+
+``probe_gpu_uuid()`` is what an actor reports at set-up.
+
+Example:
+    >>> b = bind_communicators({0: [("n1", "GPU-a"), ("n1", "GPU-a")],
+    ...                         1: [("n1", "GPU-a"), ("n1", "GPU-b")]})
+    >>> b[0].transport, b[1].transport
+    ('cuda_ipc', 'nccl')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from cgc.plan_schema.errors import ConfigError
+from cgc.runtime.errors import SetupError
+
+__all__ = ["Binding", "TRANSPORTS", "CHOICES", "bind_communicators", "probe_gpu_uuid",
+           "fake_hosts_enabled", "fake_host_env", "apply_fake_hosts", "FAKE_HOSTS_ENV"]
+
+TRANSPORTS = ("nccl", "cuda_ipc", "host_staging", "cpu")
+CHOICES = ("auto", "cpu", "nccl")
+FAKE_HOSTS_ENV = "CGC_NCCL_FAKE_HOSTS"
+
+
+class Binding(NamedTuple):
+    """The transport of one communicator and why."""
+
+    transport: str
+    reason: str
+
+
+def _gpus(members: Sequence[tuple[str, str | None]]) -> str:
+    return ", ".join(f"rank {r}: {g or 'no GPU'}" for r, (_, g) in enumerate(members))
+
+
+def bind_one(members: Sequence[tuple[str, str | None]], choice: str = "auto",
+             fake_hosts: bool = False, name: str = "communicator") -> Binding:
+    """The binding of one communicator (see module doc).
+
+    Raises:
+        SetupError: ``choice == "nccl"`` and the members cannot run NCCL.
+        ConfigError: unknown ``choice``.
+    """
+    if choice not in CHOICES:
+        raise ConfigError(f"communicator={choice!r}: use one of {', '.join(CHOICES)}")
+    if not members:
+        raise SetupError(f"{name} has no members")
+    if choice == "cpu":
+        return Binding("cpu", "communicator='cpu' was requested")
+    uuids = [g for _, g in members]
+    nodes = sorted({n for n, _ in members})
+    spans = f" across {len(nodes)} nodes" if len(nodes) > 1 else ""
+    have = [g is not None for g in uuids]
+    if not any(have) or not all(have):
+        why = ("no member has a GPU" if not any(have)
+               else f"some members have no GPU ({_gpus(members)})")
+        if choice == "nccl":
+            raise SetupError(f"{name}: communicator='nccl' but {why}")
+        if not any(have):
+            return Binding("cpu", why)
+        note = "; the CPU communicator is single-node" if spans else ""
+        return Binding("host_staging", f"{why}: tensors staged through pinned host memory"
+                                       f"{note}")
+    gpus = [(n, g) for n, g in members]  # a real UUID is unique; the pair covers fallbacks
+    distinct = len(set(gpus)) == len(gpus)
+    if distinct:
+        return Binding("nccl", f"every member on its own GPU{spans}")
+    if fake_hosts:
+        return Binding("nccl", f"test mode {FAKE_HOSTS_ENV}=1: ranks sharing a GPU join NCCL "
+                               "as separate hosts over sockets")
+    if choice == "nccl":
+        raise SetupError(f"{name}: communicator='nccl' but members share a GPU "
+                         f"({_gpus(members)}); NCCL refuses two ranks on one device - "
+                         "use communicator='auto' (CUDA IPC between actors on one GPU)")
+    if len(set(gpus)) == 1:
+        return Binding("cuda_ipc", f"all {len(members)} members on GPU {uuids[0]}")
+    return Binding("host_staging", f"some members share a GPU and some do not "
+                                   f"({_gpus(members)}): tensors staged through pinned host "
+                                   "memory")
+
+
+def bind_communicators(comms: Mapping[int, Sequence[tuple[str, str | None]]],
+                       choice: str = "auto", fake_hosts: bool | None = None
+                       ) -> dict[int, Binding]:
+    """The binding of every communicator (id -> members' (node, GPU UUID) in rank order).
+
+    ``fake_hosts`` defaults to ``fake_hosts_enabled()``. Deterministic: same input, same
+    output.
+
+    Raises:
+        SetupError: ``choice == "nccl"`` and some communicator cannot run NCCL.
+        ConfigError: unknown ``choice``.
+    """
+    if fake_hosts is None:
+        fake_hosts = fake_hosts_enabled()
+    return {cid: bind_one(comms[cid], choice, fake_hosts, f"communicator {cid}")
+            for cid in sorted(comms)}
+
+
+def fake_hosts_enabled() -> bool:
+    """True when the test-only fake-hosts mode is on (``CGC_NCCL_FAKE_HOSTS=1``)."""
+    return os.environ.get(FAKE_HOSTS_ENV, "") == "1"
+
+
+def fake_host_env(tag: str) -> dict[str, str]:
+    """The NCCL environment that makes this process a host of its own named ``tag``.
+
+    Example:
+        >>> fake_host_env("w0")["NCCL_HOSTID"]
+        'cgc-fake-w0'
+    """
+    return {"NCCL_HOSTID": f"cgc-fake-{tag}", "NCCL_P2P_DISABLE": "1",
+            "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}
+
+
+def apply_fake_hosts(tag: str) -> dict[str, str]:
+    """Set ``fake_host_env(tag)`` in this process (call before its first NCCL call, i.e.
+    in the set-up probe: NCCL caches most of these settings). Returns what was set."""
+    env = fake_host_env(tag)
+    os.environ.update(env)
+    return env
+
+
+def probe_gpu_uuid() -> str | None:
+    """This process's CUDA device as ``"GPU-<uuid>"`` (torch's device properties, else NVML),
+    or None without CUDA.
+
+    Example:
+        >>> import torch
+        >>> (probe_gpu_uuid() is None) == (not torch.cuda.is_available())
+        True
+    """
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    idx = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    u = getattr(props, "uuid", None)
+    if u is not None and str(u):
+        s = str(u)
+        return s if s.startswith("GPU-") else f"GPU-{s}"
+    try:  # very old torch: ask NVML for the device with the same PCI bus id
+        import pynvml
+
+        pynvml.nvmlInit()
+        bus = torch.cuda.get_device_properties(idx).pci_bus_id  # type: ignore[attr-defined]
+        h = pynvml.nvmlDeviceGetHandleByPciBusId(str(bus))
+        s = pynvml.nvmlDeviceGetUUID(h)
+        return s.decode() if isinstance(s, bytes) else s
+    except Exception:  # noqa: BLE001 - named by index; the binder pairs it with the node
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        return f"GPU-index-{vis[idx] if idx < len(vis) and vis[idx] else idx}"

@@ -1,0 +1,64 @@
+"""One call that opens the communicator a binding chose (what the runtime's set-up calls).
+
+Example::
+
+    b = bind_communicators(members_by_comm, choice)[comm_id]        # on the driver
+    comm = open_device_communicator(b.transport, rank=r, world_size=n,
+                                    prefix=f"{graph_prefix}-g{comm_id}-", streams=streams,
+                                    unique_id=uid)                  # in each member actor
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cgc.runtime.errors import SetupError
+
+__all__ = ["open_device_communicator"]
+
+
+def open_device_communicator(transport: str, *, rank: int, world_size: int, prefix: str,
+                             streams: Any = None, unique_id: bytes | None = None,
+                             binding: str | None = None, slots: int = 2,
+                             slot_bytes: int = 1 << 20, init_timeout: float = 60.0,
+                             timeout: float | None = None, name: str = "") -> Any:
+    """Open this member's end of a communicator bound to ``transport``
+    ("nccl" | "cuda_ipc" | "host_staging" | "cpu"; see ``binding``).
+
+    Args:
+        prefix: unique name prefix for this communicator's shared-memory rings.
+        streams: the actor's ``ActorStreams`` (one per actor, shared by its communicators).
+        unique_id: "nccl" only: the bytes rank 0 made with ``make_unique_id``.
+        binding: "nccl" only: "ctypes" | "cupy" | "auto".
+        slots, slot_bytes: "cuda_ipc" only: slots per pair and their initial size (e.g. the
+            largest ``Channel.slot_bytes`` of the communicator's channels).
+
+    Raises:
+        SetupError: unknown transport, a missing unique id, or the transport's own set-up
+            failure (see each class).
+    """
+    if transport == "nccl":
+        from .nccl import NcclCommunicator
+
+        if unique_id is None:
+            raise SetupError(f"{name or prefix}: an NCCL communicator needs rank 0's unique id")
+        return NcclCommunicator(unique_id, rank, world_size, prefix=prefix, streams=streams,
+                                binding=binding, init_timeout=init_timeout, timeout=timeout,
+                                name=name)
+    if transport == "cuda_ipc":
+        from .ipc import CudaIpcCommunicator
+
+        return CudaIpcCommunicator(rank, world_size, prefix=prefix, streams=streams,
+                                   slots=slots, slot_bytes=slot_bytes, timeout=timeout,
+                                   name=name)
+    if transport in ("host_staging", "cpu"):
+        from cgc.runtime.channels.cpu_comm import CpuCommunicator
+
+        inner = CpuCommunicator(prefix, rank, world_size, attach_timeout=init_timeout)
+        if transport == "cpu":
+            return inner
+        from .staging import HostStagingCommunicator
+
+        return HostStagingCommunicator(inner, streams, timeout=timeout)
+    raise SetupError(f"unknown communicator transport {transport!r} "
+                     "(nccl, cuda_ipc, host_staging or cpu)")

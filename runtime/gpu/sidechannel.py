@@ -1,0 +1,208 @@
+"""Host side-channels of a device communicator: small messages per ordered pair of ranks.
+
+Device transports move tensor bytes; everything else (headers, collective status words,
+CUDA IPC handles and acknowledgements) goes through a ``SideChannels`` object: rank ``r``
+can ``send(peer, msg)`` and ``recv(peer)``, and messages from one rank to another arrive in
+the order sent. All ops of a communicator run in the same order on every member (the
+plan's ``Op.seq``), so one FIFO per ordered pair carries p2p headers and collective status
+words without mixing them up; every message carries a tag that the receiver checks.
+
+``ShmSideChannels`` is the same-node implementation: one shared-memory ring per ordered
+pair, named ``<prefix>h<src>-<dst>``, created by ``src``. The prefix comes from the caller
+(the runtime hands out unique, owner-checked names); nothing here invents names. Other
+transports (TCP for multi-node) plug in through the ``side_factory`` argument that every
+communicator of this package takes: ``side_factory(rank, world_size) -> SideChannels``.
+
+Example (two ranks in two threads):
+    >>> import threading, uuid
+    >>> from cgc.runtime.gpu.sidechannel import ShmSideChannels
+    >>> pre = f"cgc-doc-side-{uuid.uuid4().hex[:6]}-"
+    >>> sides = [ShmSideChannels(pre, r, 2) for r in (0, 1)]
+    >>> sides[0].send(1, ("hello", 0)); sides[1].recv(0, timeout=5)
+    ('hello', 0)
+    >>> for s in sides: s.close(linger=0)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
+from cgc.runtime.channels.ring import ShmRingReader, ShmRingWriter
+
+__all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "exchange",
+           "attach_ring", "POLL_SLICE"]
+
+POLL_SLICE = 0.05  # seconds between health polls (NCCL async errors) while a read waits
+
+
+class SideChannels(Protocol):
+    """Ordered, reliable messages between the ranks of one communicator (see module doc)."""
+
+    rank: int
+    world_size: int
+
+    def send(self, peer: int, msg: Any, timeout: float | None = None) -> None:
+        """Queue ``msg`` to ``peer`` (blocks only while ``peer`` is far behind)."""
+
+    def recv(self, peer: int, timeout: float | None = None,
+             poll: Callable[[], None] | None = None) -> Any:
+        """The next message from ``peer``; ``poll()`` runs every ``POLL_SLICE`` s of waiting
+        (it raises to end the wait, e.g. on an NCCL async error)."""
+
+    def poison(self) -> None:
+        """Wake every waiter on this rank's channels (they raise ChannelClosedError)."""
+
+    def close(self, linger: float = 2.0) -> None:
+        """Release the channels (after up to ``linger`` s for peers to take what was sent)."""
+
+
+SideFactory = Callable[[int, int], SideChannels]
+
+
+class ShmSideChannels:
+    """Shared-memory side-channels of rank ``rank`` (same node only; see module doc).
+
+    Args:
+        prefix: unique name prefix for this communicator's rings (from the caller).
+        rank, world_size: this rank and the group size.
+        slots: messages a sender may be ahead of its receiver on one pair (generous: a
+            pair's FIFO also carries the acknowledgements of the opposite direction).
+        slot_bytes: inline bytes per message (larger ones use the ring's data blocks).
+        attach_timeout: how long to wait for a peer's ring to appear.
+    """
+
+    def __init__(self, prefix: str, rank: int, world_size: int, *, slots: int = 32,
+                 slot_bytes: int = 8 * 1024, attach_timeout: float = 60.0,
+                 spin_us: float = 0.0) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} not in 0..{world_size - 1}")
+        self.prefix, self.rank, self.world_size = prefix, rank, world_size
+        self._attach_timeout, self._spin = attach_timeout, spin_us
+        self._out = {p: ShmRingWriter.create(self.name(rank, p), slots, slot_bytes, 1, spin_us)
+                     for p in range(world_size) if p != rank}
+        self._in: dict[int, ShmRingReader] = {}
+        self._closed = False
+
+    def name(self, src: int, dst: int) -> str:
+        """Ring name of the pair ``src -> dst``."""
+        return f"{self.prefix}h{src}-{dst}"
+
+    def _reader(self, peer: int) -> ShmRingReader:
+        r = self._in.get(peer)
+        if r is None:
+            if self._closed:
+                raise ChannelClosedError(f"side-channels of rank {self.rank} were closed")
+            r = self._in[peer] = attach_ring(self.name(peer, self.rank), self._attach_timeout,
+                                             self._spin)
+        return r
+
+    def _check(self, peer: int) -> None:
+        if peer == self.rank or not 0 <= peer < self.world_size:
+            raise ValueError(f"rank {self.rank}: bad peer {peer} (world size {self.world_size})")
+
+    def send(self, peer: int, msg: Any, timeout: float | None = None) -> None:
+        """Queue ``msg`` for ``peer``.
+
+        Raises:
+            ChannelTimeoutError: ``peer`` stayed ``slots`` messages behind for ``timeout`` s.
+            ChannelClosedError: closed or poisoned.
+        """
+        self._check(peer)
+        # Why attach first: the peer finishes an op with us only after reading what we
+        # write, so its close() never unlinks a ring of its that we have yet to map.
+        self._reader(peer)
+        self._out[peer].write(msg, timeout)
+
+    def recv(self, peer: int, timeout: float | None = None,
+             poll: Callable[[], None] | None = None) -> Any:
+        """The next message from ``peer``.
+
+        Raises:
+            ChannelTimeoutError: nothing within ``timeout`` s. ChannelClosedError: closed.
+        """
+        self._check(peer)
+        r = self._reader(peer)
+        if poll is None:
+            return r.read(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = POLL_SLICE
+            if deadline is not None:
+                step = min(step, max(deadline - time.monotonic(), 0.0))
+            try:
+                return r.read(step)
+            except ChannelTimeoutError:
+                poll()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise ChannelTimeoutError(
+                        f"rank {self.rank}: nothing from rank {peer} on {r.name} within "
+                        f"{timeout} s") from None
+
+    def poison(self) -> None:
+        """Poison every ring of this rank (peers and this rank's waiters wake up)."""
+        for ep in [*self._out.values(), *self._in.values()]:
+            try:
+                ep.poison()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+
+    def close(self, linger: float = 2.0) -> None:
+        """Close this rank's rings (unlinks them) and detach from the peers'. Idempotent."""
+        self._closed = True
+        for w in self._out.values():
+            try:
+                w.close(linger=linger)
+            except Exception:  # noqa: BLE001
+                pass
+        for r in self._in.values():
+            try:
+                r.detach()
+            except Exception:  # noqa: BLE001
+                pass
+        self._in.clear()
+
+
+def attach_ring(name: str, timeout: float, spin_us: float = 0.0) -> ShmRingReader:
+    """Attach as reader 0 of ring ``name``, waiting up to ``timeout`` s for its writer.
+
+    Why not ``ShmRingReader.attach`` alone: a reader in another process can find the
+    segment file created but not yet sized, which ``mmap`` rejects with ValueError; that
+    is one more reason to wait, not a failure.
+
+    Raises:
+        ChannelTimeoutError: the ring did not appear within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ShmRingReader.attach(name, 0, spin_us,
+                                        max(deadline - time.monotonic(), 0.0))
+        except ValueError:
+            if time.monotonic() >= deadline:
+                raise ChannelTimeoutError(f"channel {name} did not appear within "
+                                          f"{timeout} s") from None
+            time.sleep(0.001)
+
+
+def shm_side_factory(prefix: str, **kw: Any) -> SideFactory:
+    """A ``side_factory`` making ``ShmSideChannels(prefix, rank, world, **kw)``."""
+    def make(rank: int, world_size: int) -> SideChannels:
+        return ShmSideChannels(prefix, rank, world_size, **kw)
+    return make
+
+
+def exchange(side: SideChannels, msg: Any, timeout: float | None = None,
+             poll: Callable[[], None] | None = None) -> list[Any]:
+    """Every rank's ``msg``, in rank order (own entry included): all sends, then all reads.
+
+    Deadlock-free because sends only block while a peer is ``slots`` messages behind on
+    this pair, and a peer that reached this exchange has read everything sent before it.
+    """
+    for p in range(side.world_size):
+        if p != side.rank:
+            side.send(p, msg, timeout)
+    return [msg if p == side.rank else side.recv(p, timeout, poll)
+            for p in range(side.world_size)]
