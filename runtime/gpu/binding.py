@@ -167,10 +167,10 @@ def probe_gpu_uuid() -> str | None:
         s = str(u)
         return s if s.startswith("GPU-") else f"GPU-{s}"
     try:  # very old torch: ask NVML for the device with the same PCI bus id
-        import pynvml
+        import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
-        bus = torch.cuda.get_device_properties(idx).pci_bus_id  # type: ignore[attr-defined]
+        bus = torch.cuda.get_device_properties(idx).pci_bus_id
         h = pynvml.nvmlDeviceGetHandleByPciBusId(str(bus))
         s = pynvml.nvmlDeviceGetUUID(h)
         return s.decode() if isinstance(s, bytes) else s

@@ -305,7 +305,7 @@ class CudaIpcCommunicator(Communicator):
         if device is None:
             if not getattr(self.streams, "is_cuda", False):
                 raise ChannelError("CudaIpcCommunicator needs CUDA (or an IpcDevice)")
-            device = CudaIpcDevice(self.streams.device.index)
+            device = CudaIpcDevice(self.streams.device.index)  # type: ignore[union-attr]
         self.dev = device
         self._stream = self.streams.comm.cuda_stream if self.streams.comm is not None else 0
         self._torch_device = getattr(self.streams, "device", None)
@@ -438,7 +438,7 @@ class CudaIpcCommunicator(Communicator):
         stream, dev = self._stream, self.dev
         if n >= self.slots:
             self._await_ack(o, peer, n - self.slots, timeout)
-            dev.wait(stream, o.peer_events[k])  # reader's copy out of slot k is done
+            dev.wait(stream, o.peer_events[k])  # type: ignore[index] # reader's copy is out
         self.streams.comm_after_compute()
         self.streams.mark_comm_use(tensors)
         ready = []

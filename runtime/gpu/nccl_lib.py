@@ -293,7 +293,7 @@ class CtypesNccl(NcclLib):
         try:
             lib.ncclGetLastError.argtypes = [P]
             lib.ncclGetLastError.restype = ctypes.c_char_p
-            self._last = lib.ncclGetLastError
+            self._last: Any = lib.ncclGetLastError
         except AttributeError:  # NCCL < 2.13
             self._last = None
         v = self.version()

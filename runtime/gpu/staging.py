@@ -83,6 +83,7 @@ class HostStagingCommunicator(Communicator):
                 h.copy_(t.detach(), non_blocking=True)
                 hosts.append(h)
         ev = self.streams.comm_done()
+        assert ev is not None  # a CUDA stream set always gives an event
         wait_event(ev.query, timeout, None, "host staging download")
         return StagedValue(skeleton, hosts), True
 
@@ -190,8 +191,8 @@ class HostStagingCommunicator(Communicator):
 
     def destroy(self, linger: float = 2.0) -> None:
         """Destroy the inner communicator."""
-        self.inner.destroy(linger)
+        self.inner.destroy(linger)  # type: ignore[call-arg]
 
     def abort(self) -> None:
         """End waits now: the inner communicator's destroy without lingering."""
-        self.inner.destroy(0.0)
+        self.inner.destroy(0.0)  # type: ignore[call-arg]
