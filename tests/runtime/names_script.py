@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -22,10 +23,16 @@ import cgc
 from cgc.plan_schema.values import decode_value
 
 
-def _alive_actors(deadline: float) -> list:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive_actors(api: str, deadline: float) -> list:
     while True:  # the dashboard comes up a little after ray.init returns
         try:
-            return list_actors(filters=[("state", "=", "ALIVE")], detail=True)
+            return list_actors(address=api, filters=[("state", "=", "ALIVE")], detail=True)
         except (ServerUnavailable, RayStateApiException):
             if time.monotonic() > deadline:
                 raise
@@ -38,15 +45,18 @@ def _title(pid: int) -> str:
 
 def main(path: str) -> None:
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    ray.init(num_cpus=8, include_dashboard=True, configure_logging=False, log_to_driver=False)
+    # Other Ray clusters may run on this machine: name this one's dashboard, never "auto".
+    ctx = ray.init(num_cpus=8, include_dashboard=True, dashboard_port=_free_port(),
+                   configure_logging=False, log_to_driver=False)
+    api = ctx.address_info["gcs_address"]
     plan = cgc.load(path)
     deadline = time.monotonic() + 120
     with plan.start() as graph:
         args = [decode_value(v) for v in plan.proto.example_args]
         graph.execute(*args).get(timeout=120)  # every actor is up and has run
         rows = []
-        for a in _alive_actors(deadline):
-            log = "".join(get_log(actor_id=a.actor_id, tail=-1))
+        for a in _alive_actors(api, deadline):
+            log = "".join(get_log(address=api, actor_id=a.actor_id, tail=-1))
             prefix = [ln for ln in log.splitlines() if ln.startswith(":actor_name:")]
             rows.append({"class_name": a.class_name, "name": a.name, "pid": a.pid,
                          "title": _title(a.pid), "log_prefix": prefix})
