@@ -6,7 +6,15 @@ Three ways to get an actor class:
 2. ``ClassRef.module``/``qualname`` importable on the driver: the same;
 3. otherwise (embedded model source, or a module only the actors can import): the actor is
    an ``ActorHost`` that builds the module *inside the actor process* (``__name__`` is
-   ``ClassRef.module``, never ``"__main__"``) and holds the user object.
+   ``ClassRef.module``, never ``"__main__"``) and holds the user object. The Ray actor class
+   is a subclass made for that user class and named like it (``host_class``), so Ray shows
+   the user's class everywhere it shows a class: ``ray list actors``, the dashboard, the
+   process title ``ray::Stage`` and the log prefix ``(Stage pid=...)``.
+
+Every actor the plan creates gets a Ray actor name that says which plan and which of its
+actors it is, ``"<plan>.<actor>@<graph id>"`` (``pipeline.stage0@3f2a9c1b``), unless the
+user named it; the graph id keeps two running graphs of one plan from clashing. Existing
+actors the plan binds to are never renamed.
 
 ``user_object(self)`` is how code running in the actor (``__ray_call__``) finds the object
 whose methods the plan calls.
@@ -22,6 +30,7 @@ import importlib
 import json
 import os
 import sys
+import uuid
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -29,7 +38,7 @@ from cgc.plan_schema.values import decode_value
 from cgc.runtime.embedded import register
 from cgc.runtime.errors import SetupError
 
-__all__ = ["ActorHost", "user_object", "make_actors", "load_class"]
+__all__ = ["ActorHost", "host_class", "ray_actor_name", "user_object", "make_actors", "load_class"]
 
 _INSTANCE_ATTR = "_cgc_instance_"
 
@@ -85,7 +94,41 @@ class ActorHost:
         setattr(self, _INSTANCE_ATTR, cls(*args, **kwargs))
 
     def __repr__(self) -> str:
-        return f"cgc.ActorHost({type(getattr(self, _INSTANCE_ATTR, None)).__qualname__})"
+        # Ray prints repr(actor) as the actor's log prefix and records it as its repr name:
+        # show what a plain ray.remote(cls) actor would, the user's repr if the class has
+        # one, else the class name.
+        inst = getattr(self, _INSTANCE_ATTR, None)
+        if inst is not None and type(inst).__repr__ is not object.__repr__:
+            return repr(inst)
+        return type(self).__name__
+
+
+def host_class(qualname: str) -> type:
+    """An ``ActorHost`` subclass named like the user's class ``qualname``.
+
+    Why: Ray takes an actor's class name (state API, dashboard), process title
+    (``ray::<name>``) and log prefix from the ``__qualname__``/``__name__`` of the class it
+    was given, and the host only learns the user's class inside the actor.
+
+    Example: ``ray.remote(host_class("Stage"))`` shows up in ``ray list actors`` as ``Stage``.
+    """
+    hit = _host_classes.get(qualname)
+    if hit is None:
+        attrs = {"__qualname__": qualname, "__module__": ActorHost.__module__,
+                 "__doc__": f"cgc's host for the user class {qualname}."}
+        hit = _host_classes[qualname] = type(qualname.rsplit(".", 1)[-1], (ActorHost,), attrs)
+    return hit
+
+
+_host_classes: dict[str, type] = {}
+
+
+def ray_actor_name(plan_name: str, actor: str, graph_id: str) -> str:
+    """The Ray actor name of a plan actor the user did not name.
+
+    Example: ``ray_actor_name("pipeline", "stage0", "3f2a9c1b") == "pipeline.stage0@3f2a9c1b"``.
+    """
+    return f"{plan_name or 'cgc'}.{actor}@{graph_id}"
 
 
 _remote_cache: dict[int, Any] = {}
@@ -183,11 +226,15 @@ def _module_hidden_from_workers(cls: Any) -> Any:
     return mod
 
 
-def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
+def make_actors(
+    plan: Any, drop_gpus: bool, graph_id: str = ""
+) -> tuple[dict[str, Any], set[str]]:
     """Create or bind every actor of ``plan`` (a ``cgc.runtime.Plan``), in plan order.
 
     Returns ``(handles by actor name, names of the actors created here)``. Creation is
-    asynchronous in Ray; the first call on each handle waits for it.
+    asynchronous in Ray; the first call on each handle waits for it. Created actors the
+    user did not name are named ``ray_actor_name(plan name, actor, graph_id)``; without a
+    ``graph_id`` a random one is drawn.
 
     Raises:
         SetupError: an external actor is not alive, or an actor class cannot be resolved.
@@ -196,12 +243,14 @@ def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
 
     handles: dict[str, Any] = {}
     created: set[str] = set()
+    graph_id = graph_id or uuid.uuid4().hex[:8]
     embedded_modules = {m.name: m for m in plan.proto.graph.modules}
     for actor in plan.proto.graph.actors:
         if actor.external.name or actor.external.actor_id:
             handles[actor.name] = _bind_external(plan, actor)
             continue
         opts = _options(actor, drop_gpus)
+        opts.setdefault("name", ray_actor_name(plan.proto.name, actor.name, graph_id))
         cls = plan.classes.get(actor.name)
         embedded = embedded_modules.get(actor.cls.module)
         if cls is None and embedded is None:
@@ -216,7 +265,7 @@ def make_actors(plan: Any, drop_gpus: bool) -> tuple[dict[str, Any], set[str]]:
         else:
             module_bytes = embedded.SerializeToString() if embedded is not None else b""
             args, kwargs = [actor.SerializeToString(), module_bytes], {}
-            rc = _remote_class(ActorHost)
+            rc = _remote_class(host_class(actor.cls.qualname))
         by_value = _module_hidden_from_workers(cls) if cls is not None else None
         try:
             if by_value is not None:  # Ray pickles the class when the actor is created

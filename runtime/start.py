@@ -119,7 +119,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     graph = CompiledGraph(plan, gid, f"cgc-{os.getpid()}-{gid}", cfg)
     deadline = time.monotonic() + cfg.setup_timeout
     try:
-        graph.actors, graph.created = make_actors(plan, info.drop_gpus)
+        graph.actors, graph.created = make_actors(plan, info.drop_gpus, gid)
         _setup_rounds(graph, proto, cfg, info, deadline)
     except BaseException as exc:
         graph.teardown()

@@ -1,7 +1,8 @@
-"""``cgc viz PLAN [-o FILE] [--schedule | --ascii]``: draw a plan, offline."""
+"""``cgc viz PLAN [-o FILE] [--schedule] [--ascii]``: draw a plan, offline."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import click
@@ -16,20 +17,32 @@ __all__ = ["viz_cmd"]
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Picture to write; its suffix picks the format (png, svg, pdf, dot) "
-    "[default: the plan's name with .png, beside the plan].",
+    "[default: the plan's name with .png (.schedule.png), beside the plan].",
 )
-@click.option("--schedule", is_flag=True, help="Draw the per-actor schedule instead of the graph.")
 @click.option(
-    "--ascii", "as_ascii", is_flag=True, help="Print a terminal view instead of a picture."
+    "--schedule", is_flag=True,
+    help="Draw the schedule (every actor's ops on one time grid) instead of the graph.",
+)
+@click.option(
+    "--ascii", "as_ascii", is_flag=True,
+    help="Print to the terminal instead of writing a picture (with --schedule: the time grid).",
 )
 def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool) -> None:
-    """Draw a plan: its graph (actors, transports) or its schedule (ops per actor)."""
+    """Draw a plan: its graph (actors, transports) or its schedule (ops per actor and step).
+
+    png/svg/pdf need Graphviz (the dot program, or pip install pygraphviz); .dot and
+    --ascii need nothing.
+    """
     from cgc import viz
     from cgc.plan_schema.planfile import read_plan
 
+    if output is not None and not as_ascii:
+        viz.output_format(output)  # a usage error before any work
     plan = read_plan(plan_path, trust=True)  # drawing never unpickles or executes anything
     if as_ascii:
-        click.echo(viz.ascii_view(plan), nl=False)
+        width = shutil.get_terminal_size((100, 24)).columns
+        text = viz.schedule_ascii(plan, width) if schedule else viz.ascii_view(plan, width)
+        click.echo(text, nl=False)
         return
     source = viz.schedule_dot(plan) if schedule else viz.graph_dot(plan)
     suffix = ".schedule.png" if schedule else ".png"

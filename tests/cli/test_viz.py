@@ -1,66 +1,210 @@
-"""`cgc viz`: pictures in every format, the default path beside the plan, the terminal view."""
+"""`cgc viz`: every example in every format, what the pictures say, exit codes, the README.
+
+Pictures need Graphviz (the ``dot`` program, or pygraphviz's bundled one); ``.dot`` output
+and the terminal views need nothing.
+"""
 
 from __future__ import annotations
 
+import re
 import shutil
+import struct
+import sys
 from pathlib import Path
 
 import pytest
 
 import cgc
 from cgc.cli.main import main
+from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.planfile import read_plan
 
 ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
+MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "svg": b"<svg", "pdf": b"%PDF", "dot": b"digraph"}
+
+
+def _have_graphviz() -> bool:
+    if shutil.which("dot"):
+        return True
+    try:
+        import pygraphviz  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_graphviz = pytest.mark.skipif(not _have_graphviz(), reason="Graphviz is not installed")
 
 
 @pytest.fixture(scope="module")
-def plan_path(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("viz") / "pipeline_nccl.cgplan"
-    cgc.compile_file(ROOT / "examples" / "pipeline_nccl.py").save(path)
-    return path
+def plans(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("viz")
+    out = {}
+    for name in EXAMPLES:
+        out[name] = folder / f"{name}.cgplan"
+        cgc.compile_file(ROOT / "examples" / f"{name}.py").save(out[name])
+    return out
 
 
-def test_default_png_beside_the_plan(plan_path, capsys):
-    if shutil.which("dot") is None:
-        pytest.skip("graphviz 'dot' not installed")
-    assert main(["viz", str(plan_path)]) == 0
+def _png_size(path: Path) -> tuple[int, int]:
+    return struct.unpack(">II", path.read_bytes()[16:24])
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg", "pdf", "dot"])
+@pytest.mark.parametrize("view", ["graph", "schedule"])
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_in_every_format(plans, tmp_path, example, view, fmt, capsys):
+    if fmt != "dot" and not _have_graphviz():
+        pytest.skip("Graphviz is not installed")
+    out = tmp_path / f"{example}.{fmt}"
+    args = ["viz", str(plans[example]), "-o", str(out)] + (["--schedule"] if view == "schedule" else [])
+    assert main(args) == 0, capsys.readouterr().err
+    head = out.read_bytes()[:2000]
+    assert MAGIC[fmt] in head
+    if fmt == "png":  # fits a screen: the schedule view wraps instead of growing wide
+        assert _png_size(out)[0] <= 2000
+
+
+@needs_graphviz
+def test_default_pictures_land_beside_the_plan(plans, capsys):
+    path = plans["chain"]
+    assert main(["viz", str(path)]) == 0
+    assert Path(capsys.readouterr().out.strip()) == path.with_suffix(".png")
+    assert main(["viz", str(path), "--schedule"]) == 0
     out = Path(capsys.readouterr().out.strip())
-    assert out == plan_path.with_suffix(".png")
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out == path.with_name("chain.schedule.png")
+    assert out.read_bytes()[:8] == MAGIC["png"]
 
 
-@pytest.mark.parametrize("suffix", ["svg", "pdf", "dot"])
-def test_suffix_picks_the_format(plan_path, tmp_path, suffix):
-    if suffix != "dot" and shutil.which("dot") is None:
-        pytest.skip("graphviz 'dot' not installed")
-    out = tmp_path / f"g.{suffix}"
-    assert main(["viz", str(plan_path), "-o", str(out)]) == 0
-    head = out.read_bytes()[:1000]
-    assert {"svg": b"<svg", "pdf": b"%PDF", "dot": b"digraph"}[suffix] in head
+def _dot(plan_path: Path, tmp_path: Path, schedule: bool) -> str:
+    out = tmp_path / ("s.dot" if schedule else "g.dot")
+    assert main(["viz", str(plan_path), "-o", str(out)] + (["--schedule"] if schedule else [])) == 0
+    return out.read_text()
 
 
-def test_graph_dot_shows_transports_and_actors(plan_path, tmp_path):
-    out = tmp_path / "g.dot"
-    main(["viz", str(plan_path), "-o", str(out)])
-    text = out.read_text()
-    assert "stage0: Stage" in text and "stage1: Stage" in text
-    assert 'label="nccl"' in text and 'label="host"' in text
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_graph_view_names_every_task_by_class_and_actor(plans, tmp_path, example):
+    plan = read_plan(plans[example], trust=True)
+    text = _dot(plans[example], tmp_path, schedule=False)
+    classes = {a.name: a.cls.qualname.rsplit(".", 1)[-1] for a in plan.graph.actors}
+    for node in plan.graph.nodes:
+        if node.kind == pb.CALL:  # "Class:actor" over "method #i", as Ray's view labels it
+            label = re.search(rf"\bn{node.id} \[label=<(.*?)>, tooltip", text).group(1)
+            assert f"{classes[node.actor]}:{node.actor}" in label
+            assert f"<B>{node.method} #{node.bind_index}</B>" in label
+    for actor, cls in classes.items():
+        assert f'label="{actor}: {cls}' in text
+    transports = {pb.Transport.Name(e.transport).lower() for e in plan.lowered.edges}
+    drawn = set(re.findall(r'label="(?:\[\d+\] )?(host|nccl|local|device_copy)"', text))
+    assert drawn == transports
 
 
-def test_schedule_view_links_sends_to_recvs(plan_path, tmp_path):
-    out = tmp_path / "s.dot"
-    assert main(["viz", str(plan_path), "--schedule", "-o", str(out)]) == 0
-    text = out.read_text()
-    assert "SEND" in text and "RECV" in text and 'color="#1f5fbf"' in text
+def test_graph_view_of_the_nccl_pipeline(plans, tmp_path):
+    text = _dot(plans["pipeline_nccl"], tmp_path, schedule=False)
+    assert "stage0: Stage [gpu=1]" in text and "Stage:stage1" in text
+    assert text.count('label="nccl"') == 4 and text.count('label="host"') == 8
 
 
-def test_ascii_view(plan_path, capsys):
-    assert main(["viz", str(plan_path), "--ascii"]) == 0
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_schedule_view_has_every_op_and_actor(plans, tmp_path, example):
+    plan = read_plan(plans[example], trust=True)
+    text = _dot(plans[example], tmp_path, schedule=True)
+    assert "layout=neato" in text and f"capacity {plan.config.capacity} executions" in text
+    cells = re.findall(r'^  "([\w.]+)" \[width=', text, re.MULTILINE)
+    ops = [(p.actor, i) for p in plan.lowered.programs for i in range(len(p.ops))]
+    assert sorted(cells) == sorted(f"{a}.{i}" for a, i in ops)
+    for prog in plan.lowered.programs:
+        assert f"<B>{prog.actor}</B>" in text
+        comm = any(op.stream == pb.COMM_STREAM for op in prog.ops)
+        assert (f"<B>{prog.actor}</B><BR/>" + '<FONT POINT-SIZE="8" COLOR="#555555">comm stream'
+                in text) == comm
+
+
+def test_schedule_view_joins_sends_to_receives_on_the_comm_stream(plans, tmp_path):
+    plan = read_plan(plans["pipeline_nccl"], trust=True)
+    text = _dot(plans["pipeline_nccl"], tmp_path, schedule=True)
+    sends = [(p.actor, i, op) for p in plan.lowered.programs for i, op in enumerate(p.ops)
+             if op.kind == pb.SEND]
+    assert len(sends) == 4
+    for actor, i, op in sends:
+        recv = next(f"{p.actor}.{j}" for p in plan.lowered.programs for j, o in enumerate(p.ops)
+                    if o.kind == pb.RECV and o.channel == op.channel)
+        assert re.search(rf'"{actor}\.{i}" -> "{recv}" \[color="#1f5fbf"', text)
+        pos = {k: re.search(rf'"{k}" \[.*pos="([\d.]+),', text).group(1)
+               for k in (f"{actor}.{i}", recv)}
+        assert len(set(pos.values())) == 1  # the same column: one step
+    assert "comm stream" in text and "dashed" in text  # comm-stream ops, marked
+    assert "hoisted: runs under an earlier compute" in text  # the overlap pass's receives
+    assert text.count('color="#d95f02"') == 3  # stage1 posts 3 of its 4 receives early
+
+
+def test_schedule_view_of_a_collective_and_of_host_channels(plans, tmp_path):
+    text = _dot(plans["allreduce"], tmp_path, schedule=True)
+    assert "<B>allreduce</B>" in text and "style=dotted" in text
+    text = _dot(plans["chain"], tmp_path, schedule=True)
+    assert text.count("style=dashed") == 2  # adder0 -> adder1 -> rounder, write -> read
+    assert "<B>R c2</B>" in text and "→adder1" in text
+
+
+def test_ascii_views(plans, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["viz", str(plans["pipeline_nccl"]), "--ascii"]) == 0
     text = capsys.readouterr().out
+    assert "stage0: Stage" in text
     assert "stage0.forward#0 --  nccl--> stage1.head#0" in text
     assert "stage1:" in text and "RECV" in text
+    assert main(["viz", str(plans["pipeline_nccl"]), "--schedule", "--ascii"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    assert "capacity 3 executions in flight" in text
+    step = next(i for i, line in enumerate(lines) if line.strip().startswith("step 0"))
+    grid = lines[step:step + 5]
+    assert [line.split()[0] for line in grid[1:]] == ["stage0", "stage0", "stage1", "stage1"]
+    col = grid[2].index("5SEND:c5→stage1#0~")  # a SEND and its RECV in one column
+    assert grid[4][col:].startswith("6RECV:c5←stage0#0~")
 
 
-def test_unknown_format_is_a_clear_error(plan_path, tmp_path, capsys):
-    assert main(["viz", str(plan_path), "-o", str(tmp_path / "g.jpg2")]) == 3
-    assert "unknown picture format" in capsys.readouterr().err
+def test_unknown_format_is_a_usage_error_naming_the_fix(plans, tmp_path, capsys):
+    assert main(["viz", str(plans["chain"]), "-o", str(tmp_path / "g.jpg")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown picture format 'jpg'" in err and ".png, .svg, .pdf, .dot" in err
+    assert not (tmp_path / "g.jpg").exists()
+
+
+def test_unwritable_output_is_a_usage_error(plans, tmp_path, capsys):
+    assert main(["viz", str(plans["chain"]), "-o", str(tmp_path / "no" / "g.dot")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_no_graphviz_at_all_is_a_usage_error_naming_the_fixes(plans, tmp_path, monkeypatch,
+                                                             capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dot program
+    monkeypatch.setitem(sys.modules, "pygraphviz", None)  # and pygraphviz not installed
+    assert main(["viz", str(plans["chain"]), "-o", str(tmp_path / "g.svg")]) == 2
+    err = capsys.readouterr().err
+    assert "apt-get install graphviz" in err and "pip install pygraphviz" in err
+    assert f"-o {tmp_path / 'g.dot'}" in err
+    assert main(["viz", str(plans["chain"]), "-o", str(tmp_path / "g.dot")]) == 0
+
+
+def test_without_the_dot_program_pygraphviz_draws(plans, tmp_path, monkeypatch):
+    pytest.importorskip("pygraphviz", reason="pip install pygraphviz")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert shutil.which("dot") is None
+    for view in ([], ["--schedule"]):
+        out = tmp_path / "p.png"
+        assert main(["viz", str(plans["pipeline_nccl"]), "-o", str(out), *view]) == 0
+        assert out.read_bytes()[:8] == MAGIC["png"] and _png_size(out)[0] <= 2000
+
+
+def test_readme_shows_a_schedule_picture():
+    readme = (ROOT / "README.md").read_text()
+    pictures = re.findall(r"!\[[^\]]*\]\((docs/img/[\w.-]+\.png)\)", readme)
+    assert any("schedule" in p for p in pictures), pictures
+    for rel in pictures:
+        path = ROOT / rel
+        assert path.read_bytes()[:8] == MAGIC["png"]
+        assert path.stat().st_size < 200_000
+        assert _png_size(path)[0] <= 2000

@@ -1,0 +1,113 @@
+"""Turning DOT source into a picture file: png, svg, pdf, or the DOT itself.
+
+Graphviz draws the pictures. The system's ``dot`` program is used when it is on PATH;
+otherwise pygraphviz (``pip install pygraphviz``, or cgc's ``viz`` extra), whose wheels
+carry Graphviz's libraries and need nothing from the system. ``.dot`` output needs neither.
+
+Example::
+
+    render(graph_dot(plan), Path("plan.svg"))
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cgc.plan_schema.errors import EXIT_USAGE, CgcError
+
+__all__ = ["FORMATS", "RenderError", "render", "picture_bytes", "output_format"]
+
+FORMATS = ("png", "svg", "pdf", "dot")
+_LAYOUT = re.compile(r"^\s*layout=(\w+)", re.MULTILINE)
+_NO_GRAPHVIZ = (
+    "drawing a .{fmt} picture needs Graphviz, which is not installed: install it "
+    "(apt-get install graphviz, brew install graphviz, or conda install graphviz), or "
+    "pip install pygraphviz (its wheels include Graphviz); "
+    "or write the DOT source instead: -o {dot}"
+)
+
+
+class RenderError(CgcError):
+    """A picture cannot be written: unknown format, no Graphviz, or an unwritable path.
+
+    A usage problem: the CLI exits with 2, and the message names the fix.
+    """
+
+    exit_code = EXIT_USAGE
+
+
+def _engine(dot_source: str) -> str:
+    m = _LAYOUT.search(dot_source)
+    return m.group(1) if m else "dot"
+
+
+def _with_system_dot(dot_source: str, fmt: str) -> bytes | None:
+    """The picture drawn by the system's Graphviz, or None when it is not installed."""
+    import graphviz
+
+    try:
+        return graphviz.Source(dot_source, engine=_engine(dot_source)).pipe(format=fmt)
+    except graphviz.ExecutableNotFound:
+        return None
+    except graphviz.CalledProcessError as exc:
+        raise CgcError(f"Graphviz could not draw the {fmt}: {exc.stderr!r}") from None
+
+
+def _with_pygraphviz(dot_source: str, fmt: str) -> bytes | None:
+    """The picture drawn by pygraphviz's bundled Graphviz, or None when it is missing."""
+    try:
+        import pygraphviz
+    except ImportError:
+        return None
+    return pygraphviz.AGraph(string=dot_source).draw(format=fmt, prog=_engine(dot_source))
+
+
+def picture_bytes(dot_source: str, fmt: str, out_hint: Path | None = None) -> bytes:
+    """``dot_source`` drawn as ``fmt`` (png, svg or pdf).
+
+    Example: ``picture_bytes("digraph { a -> b }", "svg")[:5] == b"<?xml"``.
+
+    Raises:
+        RenderError: neither the ``dot`` program nor pygraphviz is installed.
+    """
+    data = _with_system_dot(dot_source, fmt)
+    if data is None:
+        data = _with_pygraphviz(dot_source, fmt)
+    if data is None:
+        dot = (out_hint or Path("picture")).with_suffix(".dot")
+        raise RenderError(_NO_GRAPHVIZ.format(fmt=fmt, dot=dot))
+    return data
+
+
+def output_format(out: Path) -> str:
+    """The format ``out``'s suffix names. Example: ``output_format(Path("a.SVG")) == "svg"``.
+
+    Raises:
+        RenderError: the suffix is not one of ``FORMATS``.
+    """
+    fmt = out.suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise RenderError(
+            f"{out}: unknown picture format {fmt or '(no suffix)'!r}; the suffix picks it: "
+            f"one of {', '.join('.' + f for f in FORMATS)} (e.g. -o {out.with_suffix('.png')})"
+        )
+    return fmt
+
+
+def render(dot_source: str, out: Path) -> Path:
+    """Write ``dot_source`` to ``out`` as the format its suffix names (png, svg, pdf, dot).
+
+    Example: ``render(graph_dot(plan), Path("plan.png"))``.
+
+    Raises:
+        RenderError: an unknown suffix, no Graphviz for a picture, or ``out`` cannot be
+            written (its folder is missing, say).
+    """
+    fmt = output_format(out)
+    data = dot_source.encode() if fmt == "dot" else picture_bytes(dot_source, fmt, out)
+    try:
+        out.write_bytes(data)
+    except OSError as exc:
+        raise RenderError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return out
