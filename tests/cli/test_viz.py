@@ -162,8 +162,8 @@ def test_ascii_views(plans, capsys, monkeypatch):
     step = next(i for i, line in enumerate(lines) if line.strip().startswith("step 0"))
     grid = lines[step:step + 5]
     assert [line.split()[0] for line in grid[1:]] == ["stage0", "stage0", "stage1", "stage1"]
-    col = grid[2].index("5SEND:c5→stage1#0~")  # a SEND and its RECV in one column
-    assert grid[4][col:].startswith("6RECV:c5←stage0#0~")
+    col = grid[2].index("5SEND:c5→stage1@g0#0~")  # a SEND and its RECV in one column
+    assert grid[4][col:].startswith("6RECV:c5←stage0@g0#0~")
 
 
 def test_unknown_format_is_a_usage_error_naming_the_fix(plans, tmp_path, capsys):

@@ -29,7 +29,7 @@ def _chart(steps: int) -> LaneChart:
 def test_small_chart_golden():
     text = lanes_dot(_chart(3))
     path = HERE / "golden" / "lanes_small.dot"
-    if os.environ.get("CGC_UPDATE_GOLDEN") or not path.exists():
+    if os.environ.get("CGC_UPDATE_GOLDEN"):  # a missing golden fails: regenerate on purpose
         path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")

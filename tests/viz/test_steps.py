@@ -130,7 +130,7 @@ def test_bands_fit_the_width_and_balance():
 def test_schedule_ascii_golden():
     text = schedule_ascii(lower(shapes.one_f_one_b(2, 4)), width=100)
     path = HERE / "golden" / "1f1b_2x4.schedule.txt"
-    if os.environ.get("CGC_UPDATE_GOLDEN") or not path.exists():
+    if os.environ.get("CGC_UPDATE_GOLDEN"):  # a missing golden fails: regenerate on purpose
         path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")
