@@ -50,7 +50,7 @@ def prefix():
 
 
 @pytest.fixture
-def peers(ray_cluster):
+def peers(ray_cluster, prefix):  # prefix first: its leak check runs after peers' destroy
     """``peers(n, fake_hosts=False, concurrency=1)`` -> n fresh ``Peer`` actors (killed after)."""
     import gpu_peers
     import ray

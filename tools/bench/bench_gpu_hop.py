@@ -143,9 +143,11 @@ def bench_ray_cg(sizes: list[int], iters: int) -> None:
             print(f"ray_cg same-GPU execute->get bytes={n} p50_us={statistics.median(lat):.0f}",
                   flush=True)
     finally:
-        cd.teardown()
+        # Kill first: Ray CG's teardown hangs after a 64 MiB tensor went through the
+        # shared-memory path (ANCHORS.md); with its actors dead it returns.
         for h in (a, b):
             ray.kill(h)
+        cd.teardown()
 
 
 def main() -> None:
