@@ -501,13 +501,17 @@ class CupyNccl(NcclLib):
              poll: Callable[[], None] | None = None, device: int | None = None) -> NcclHandle:
         if len(uid) != UNIQUE_ID_BYTES:
             raise ValueError(f"an NCCL unique id has {UNIQUE_ID_BYTES} bytes, not {len(uid)}")
+        # cupy 14 takes the id as bytes; older releases as a tuple of signed chars.
         signed = tuple(b - 256 if b > 127 else b for b in uid)
         what = f"cupy NcclCommunicator(rank {rank} of {world})"
 
         def start() -> Any:
             _set_device(device)
             try:
-                return self._nccl.NcclCommunicator(world, signed, rank)
+                try:
+                    return self._nccl.NcclCommunicator(world, bytes(uid), rank)
+                except TypeError:
+                    return self._nccl.NcclCommunicator(world, signed, rank)
             except self._nccl.NcclError as exc:
                 raise self._wrap(exc, what) from None
 
