@@ -94,6 +94,9 @@ def echo_reader(q, name_in, name_out, count):
     _report(q, run)
 
 
+KEY = b"k" * 32  # the tests' graph secret
+
+
 def tcp_reader(q, port, count):
     """Read ``count`` values over TCP; report them summarized, then the terminal error."""
     import numpy as np
@@ -101,7 +104,7 @@ def tcp_reader(q, port, count):
     from cgc.runtime.channels import TcpReader
 
     def run():
-        r = TcpReader.connect("127.0.0.1", port, timeout=20)
+        r = TcpReader.connect("127.0.0.1", port, reader_index=0, secret=KEY, timeout=20)
         out = []
         for _ in range(count):
             v = r.read(timeout=20)

@@ -85,7 +85,7 @@ def test_poison_from_third_party_wakes_writer_in_other_process(prefix):
 
 
 def test_tcp_in_order_across_processes():
-    w = TcpWriter.listen("127.0.0.1", 0)
+    w = TcpWriter.listen("127.0.0.1", 0, secret=kids.KEY)
     p, q = _start(kids.tcp_reader, w.port, 5)
     w.accept(timeout=60)
     for i in range(4):
@@ -100,10 +100,10 @@ def test_tcp_gap_detected():
     from cgc.runtime.channels import TcpReader
     from cgc.runtime.channels.tcp import ChannelSequenceError
 
-    w = TcpWriter.listen("127.0.0.1", 0)
+    w = TcpWriter.listen("127.0.0.1", 0, secret=kids.KEY)
     t = threading.Thread(target=w.accept)
     t.start()
-    r = TcpReader.connect("127.0.0.1", w.port)
+    r = TcpReader.connect("127.0.0.1", w.port, reader_index=0, secret=kids.KEY)
     t.join()
     w.write(0)
     w._seq += 1  # simulate a lost message
@@ -118,10 +118,10 @@ def test_tcp_gap_detected():
 def test_tcp_timeout_and_reader_close_breaks_writer():
     from cgc.runtime.channels import ChannelClosedError, ChannelTimeoutError, TcpReader
 
-    w = TcpWriter.listen("127.0.0.1", 0)
+    w = TcpWriter.listen("127.0.0.1", 0, secret=kids.KEY)
     t = threading.Thread(target=w.accept)
     t.start()
-    r = TcpReader.connect("127.0.0.1", w.port)
+    r = TcpReader.connect("127.0.0.1", w.port, reader_index=0, secret=kids.KEY)
     t.join()
     with pytest.raises(ChannelTimeoutError):
         r.read(timeout=0.1)
