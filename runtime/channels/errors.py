@@ -141,7 +141,7 @@ class ErrorValue:
                              self.actor, self.method, self.exec_index, self.extra))
 
     def __repr__(self) -> str:
-        return (f"ErrorValue({self.type_name}: {self.message!r}, actor={self.actor!r}, "
+        return (f"{type(self).__name__}({self.type_name}: {self.message!r}, actor={self.actor!r}, "
                 f"method={self.method!r}, exec_index={self.exec_index})")
 
 

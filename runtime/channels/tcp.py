@@ -19,12 +19,12 @@ stranger sends is ever unpickled. (Only set-up is authenticated: an attacker who
 already rewrite traffic on the path between two nodes is out of scope, as for Ray's own
 data plane.)
 
-Frames, little-endian; ``session`` (8 bytes from the handshake, different per connection)
-and ``seq`` are checked on every frame, so a stream out of step (gap, duplicate, a frame
-boundary lost) is a ``ChannelSequenceError``, never a value::
+Frames, little-endian; ``session`` (8 bytes from the handshake, different per connection),
+``seq``, the body length and the trailer are checked on every frame, so a stream out of
+step (gap, duplicate, bytes lost) is a ``ChannelSequenceError``, never a value::
 
-    u32 magic | u32 kind | u64 seq | u64 pickle_len | u32 nbufs | u32 0 | u64 session
-    nbufs x u64 len | pickle bytes | buffer 0 | buffer 1 | ...
+    u32 magic | u32 kind | u64 seq | u64 pickle_len | u32 nbufs | u32 0 | u64 session |
+    u64 body_len | nbufs x u64 len | pickle bytes | buffer 0 | buffer 1 | ... | u64 trailer
 
 A frame larger than ``max_frame_bytes`` (or with more than 65536 buffers) is refused from
 its header, before anything is allocated: ``FrameTooLargeError``, and the connection is
@@ -51,6 +51,7 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import secrets
@@ -58,6 +59,7 @@ import select
 import selectors
 import socket
 import struct
+import termios
 import threading
 import time
 from typing import Any
@@ -78,7 +80,8 @@ __all__ = ["TcpWriter", "TcpReader", "ChannelSequenceError", "DEFAULT_MAX_FRAME_
 _MAGIC = 0x54434743  # "CGCT"
 _HS_MAGIC = 0x53484743  # "CGHS"
 _VERSION = 2
-_HDR = struct.Struct("<IIQQIIQ")  # magic, kind, seq, plen, nbufs, 0, session
+_HDR = struct.Struct("<IIQQIIQQ")  # magic, kind, seq, plen, nbufs, 0, session, body bytes
+_TRL = struct.Struct("<Q")  # after the body: _trailer(session, seq)
 _HELLO = struct.Struct("<II32s")  # magic, version, writer nonce
 _RPROOF = struct.Struct("<II32s32s")  # magic, reader index, reader nonce, mac
 _WPROOF = struct.Struct("<I32s")  # magic, mac
@@ -88,6 +91,11 @@ _MAX_BUFS = 1 << 16
 DEFAULT_MAX_FRAME_BYTES = 1 << 32  # 4 GiB: a value larger than this is refused
 _HANDSHAKE_S = 10.0  # a pending connection silent this long is dropped
 _MAX_PENDING = 64  # pending (unproven) connections kept at once; the oldest go first
+_RXBUF = 64 * 1024  # reader's receive buffer: a small frame arrives in one recv
+_DIRECT = 16 * 1024  # a part with this much left is received straight into its bytearray
+_RECV_MAX = 1 << 20  # most bytes one receive copies
+_TI_RECEIVED = 128  # offset of tcpi_bytes_received in struct tcp_info (Linux >= 4.1)
+_M64 = (1 << 64) - 1
 _WILDCARDS = frozenset({"", "0.0.0.0", "::", "0:0:0:0:0:0:0:0"})
 
 
@@ -99,6 +107,10 @@ def _mac(secret: bytes, role: bytes, channel: str, nw: bytes, nr: bytes, index: 
 
 def _session(secret: bytes, channel: str, nw: bytes, nr: bytes, index: int) -> int:
     return int.from_bytes(_mac(secret, b"session", channel, nw, nr, index)[:8], "little")
+
+
+def _trailer(session: int, seq: int) -> int:
+    return (session ^ (seq * 0x9E3779B97F4A7C15)) & _M64
 
 
 def _check_secret(secret: bytes) -> None:
@@ -348,11 +360,13 @@ class TcpWriter:
     def _send(self, kind: int, data: bytes, raws: list[memoryview]) -> None:
         seq = self._seq
         lens = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
+        body = len(lens) + len(data) + sum(r.nbytes for r in raws) + _TRL.size
         try:
             for i, s in enumerate(self._socks):
                 if s is not None:
-                    hdr = _HDR.pack(_MAGIC, kind, seq, len(data), len(raws), 0, self._sessions[i])
-                    _send_all(s, [hdr, lens, data, *raws])
+                    ses = self._sessions[i]
+                    hdr = _HDR.pack(_MAGIC, kind, seq, len(data), len(raws), 0, ses, body)
+                    _send_all(s, [hdr, lens, data, *raws, _TRL.pack(_trailer(ses, seq))])
         except OSError as e:
             self._closed = True
             raise ChannelClosedError(f"{self.name}: reader connection lost ({e})") from None
@@ -410,14 +424,15 @@ class _Rx:
     """One frame being received: every field is filled in place, so an interrupted read
     resumes; ``done`` holds a complete frame not yet returned."""
 
-    __slots__ = ("off", "hdr", "head", "table", "parts", "done")
+    __slots__ = ("off", "hdr", "head", "table", "parts", "trl", "done")
 
     def __init__(self) -> None:
-        self.off = 0  # bytes of this frame received (header included)
+        self.off = 0  # bytes of this frame taken off the stream (header included)
         self.hdr = bytearray(_HDR.size)
-        self.head: tuple[int, int, int] | None = None  # seq, pickle_len, nbufs
+        self.head: tuple[int, int, int, int] | None = None  # seq, pickle_len, nbufs, body
         self.table: bytearray | None = None
         self.parts: list[bytearray] | None = None
+        self.trl = bytearray(_TRL.size)
         self.done: tuple[int, bytearray, list[bytearray], int] | None = None
 
 
@@ -425,6 +440,16 @@ class TcpReader:
     """Reading end; one thread reads at a time (``poison``/``close`` may come from another).
 
     ``position``: values consumed so far; ``last_nbytes``: bytes of the last value read.
+
+    Interrupts: a signal handler that raises (KeyboardInterrupt) during ``read`` leaves the
+    frame half-received in ``_Rx``; the next ``read`` resumes it. Python runs handlers only
+    when a call returns or a loop jumps back, and a signal taken by another thread is run
+    when the main thread next gets the GIL back - typically as a ``recv_into`` returns,
+    before its byte count is stored. So the reader counts every byte it takes, and after an
+    interrupted read asks the kernel how many the socket really delivered (bytes received
+    minus bytes still queued): the difference is exactly what that last receive wrote, and
+    is counted then. Were that ever off, the body length and the trailer of the frame catch
+    the shift - ``ChannelSequenceError`` before anything is delivered.
     """
 
     def __init__(self, sock: socket.socket, name: str, session: int,
@@ -435,8 +460,18 @@ class TcpReader:
         self.max_frame_bytes = max_frame_bytes
         self._expect = 0
         self._rx = _Rx()
+        self._buf = bytearray(_RXBUF)
+        self._bmv = memoryview(self._buf)
+        self._lo = 0  # self._buf[_lo:_hi] is received but not yet taken
+        self._hi = 0
         self._closed = False
         self.last_nbytes = 0
+        self._poller = select.poll()  # not select(): it fails for fds above 1023
+        self._poller.register(sock, select.POLLIN)
+        self._into_buf = True  # where the receive in progress counts its bytes
+        self._dirty = False  # a receive was interrupted: _recover() before the next one
+        self._taken = 0
+        self._taken = self._kernel_taken() or 0  # the set-up bytes
 
     @classmethod
     def connect(cls, host: str, port: int, *, reader_index: int, secret: bytes,
@@ -509,27 +544,29 @@ class TcpReader:
         Raises:
             ChannelTimeoutError: nothing started arriving within ``timeout`` s.
             ChannelClosedError: the writer closed/poisoned the channel or went away.
-            ChannelSequenceError: a gap, duplicate or out-of-step frame.
+            ChannelSequenceError: a gap, duplicate or out-of-step frame (connection closed).
             FrameTooLargeError: the frame exceeds ``max_frame_bytes`` (connection closed).
         """
         if self._closed:
             raise ChannelClosedError(f"{self.name} was closed")
+        if self._dirty:
+            self._recover()
         rx = self._rx
         if rx.done is not None and rx.done[0] < self._expect:  # returned, then interrupted
             rx = self._rx = _Rx()
         if rx.done is None:
-            if timeout is not None and rx.off == 0:
+            if timeout is not None and rx.off == 0 and self._lo == self._hi:
                 # Only the wait for a message is timed: once it starts we read it whole, so a
                 # timeout can never leave the stream mid-message.
-                poller = select.poll()  # not select(): it fails for fds above 1023
-                poller.register(self._sock, select.POLLIN)
-                if not poller.poll(max(timeout, 0.0) * 1000):
+                if not self._poller.poll(max(timeout, 0.0) * 1000):
                     raise ChannelTimeoutError(f"{self.name}: read timed out after {timeout} s")
+            self._dirty = True  # cleared when the frame is whole; else _recover() next time
             try:
                 self._receive(rx)
             except OSError as e:
                 self._closed = True
                 raise ChannelClosedError(f"{self.name}: connection error ({e})") from None
+            self._dirty = False
         seq, data, bufs, nbytes = rx.done  # type: ignore[misc]
         self.last_nbytes = nbytes
         try:
@@ -540,12 +577,73 @@ class TcpReader:
         self._rx = _Rx()
         return value
 
-    def _recv(self, rx: _Rx, buf: bytearray, at: int) -> None:
-        k = self._sock.recv_into(memoryview(buf)[at:])
+    def _refill(self) -> None:
+        lo, hi = self._lo, self._hi
+        if lo == hi:
+            self._lo = self._hi = 0
+        elif hi > _RXBUF - 4096:  # compact: keep room for a whole small frame
+            self._bmv[:hi - lo] = bytes(self._bmv[lo:hi])  # a copy: the ranges may overlap
+            self._lo, self._hi = 0, hi - lo
+        self._into_buf = True
+        self._recv(self._bmv[self._hi:], self._rx)
+
+    def _recv(self, view: memoryview, rx: _Rx) -> None:
+        """One receive into ``view``: counted in ``_hi`` (when ``_into_buf``) or ``rx.off``."""
+        k = self._sock.recv_into(view, min(len(view), _RECV_MAX))
+        # A handler that raises right here loses k: _recover() finds it again from the
+        # kernel's counters. Below, stores only: no handler can run between them.
+        if self._into_buf:
+            self._hi += k
+        else:
+            rx.off += k
+        self._taken += k
         if k == 0:
             self._closed = True
             raise ChannelClosedError(f"{self.name}: writer connection lost")
-        rx.off += k
+
+    def _kernel_taken(self) -> int | None:
+        """Bytes this socket handed to us so far, from the kernel (None: not available)."""
+        fd = self._sock.fileno()
+        for _ in range(100):
+            a = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+            info = self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+            if len(info) < _TI_RECEIVED + 8:
+                return None  # kernel older than 4.1
+            if fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0") == a:  # nothing arrived between
+                got = struct.unpack_from("<Q", info, _TI_RECEIVED)[0]
+                return got - struct.unpack("<i", a)[0]
+        return None
+
+    def _recover(self) -> None:
+        """After an interrupted receive: count the bytes its last ``recv_into`` delivered."""
+        true = self._kernel_taken()
+        if true is not None and true > self._taken:
+            lost = true - self._taken
+            if self._into_buf:
+                self._hi += lost
+            else:
+                self._rx.off += lost
+            self._taken = true
+        self._dirty = False
+
+    def _fill(self, rx: _Rx, dst: bytearray, start: int) -> None:
+        """Complete the part of the frame at offsets ``start..start+len(dst)`` into ``dst``."""
+        n = len(dst)
+        mv = memoryview(dst)
+        while rx.off < start + n:
+            at = rx.off - start
+            avail = self._hi - self._lo
+            if avail:
+                m = n - at if n - at < avail else avail
+                lo = self._lo
+                mv[at:at + m] = self._bmv[lo:lo + m]
+                rx.off += m  # with the next store: no handler runs in between
+                self._lo = lo + m
+            elif n - at >= _DIRECT:
+                self._into_buf = False
+                self._recv(mv[at:], rx)
+            else:
+                self._refill()
 
     def _fail(self, err: Exception) -> None:
         self.close()
@@ -553,10 +651,9 @@ class TcpReader:
 
     def _receive(self, rx: _Rx) -> None:
         H = _HDR.size
-        while rx.off < H:
-            self._recv(rx, rx.hdr, rx.off)
+        self._fill(rx, rx.hdr, 0)
         if rx.head is None:
-            magic, kind, seq, plen, nbufs, _z, session = _HDR.unpack(rx.hdr)
+            magic, kind, seq, plen, nbufs, _z, session, body = _HDR.unpack(rx.hdr)
             if magic != _MAGIC or session != self._session:
                 self._fail(ChannelSequenceError(
                     f"{self.name}: a frame header does not belong to this stream (magic "
@@ -569,33 +666,33 @@ class TcpReader:
                 self._closed = True
                 how = "poisoned (a peer failed)" if kind == _POISON else "closed"
                 raise ChannelClosedError(f"{self.name} was {how}")
-            if nbufs > _MAX_BUFS or plen + 8 * nbufs > self.max_frame_bytes:
+            if nbufs > _MAX_BUFS or body > self.max_frame_bytes + _TRL.size:
                 self._fail(FrameTooLargeError(
-                    f"{self.name}: frame of {plen} pickle bytes and {nbufs} buffers exceeds "
-                    f"the channel's maximum of {self.max_frame_bytes} bytes"))
-            rx.head = (seq, plen, nbufs)
-        seq, plen, nbufs = rx.head
-        tend = H + 8 * nbufs
-        if rx.off < tend:
-            if rx.table is None:
-                rx.table = bytearray(8 * nbufs)
-            while rx.off < tend:
-                self._recv(rx, rx.table, rx.off - H)
+                    f"{self.name}: a frame of {body} bytes ({nbufs} buffers) exceeds the "
+                    f"channel's maximum of {self.max_frame_bytes} bytes"))
+            if 8 * nbufs + plen + _TRL.size > body:
+                self._fail(ChannelSequenceError(f"{self.name}: inconsistent frame header"))
+            rx.head = (seq, plen, nbufs, body)
+        seq, plen, nbufs, body = rx.head
+        if rx.table is None:
+            rx.table = bytearray(8 * nbufs)
+        self._fill(rx, rx.table, H)
         if rx.parts is None:
             lens = struct.unpack(f"<{nbufs}Q", rx.table) if nbufs else ()
-            total = plen + sum(lens) + 8 * nbufs
-            if total > self.max_frame_bytes:
-                self._fail(FrameTooLargeError(
-                    f"{self.name}: frame of {total} bytes exceeds the channel's maximum of "
-                    f"{self.max_frame_bytes} bytes"))
+            if 8 * nbufs + plen + sum(lens) + _TRL.size != body:
+                self._fail(ChannelSequenceError(  # checked before allocating the parts
+                    f"{self.name}: buffer table does not match the frame length: out of "
+                    "step, the channel is closed"))
             rx.parts = [bytearray(plen)] + [bytearray(n) for n in lens]
-        start = tend
+        start = H + 8 * nbufs
         for part in rx.parts:
-            end = start + len(part)
-            while rx.off < end:
-                self._recv(rx, part, rx.off - start)
-            start = end
-        rx.done = (seq, rx.parts[0], rx.parts[1:], start - H)
+            self._fill(rx, part, start)
+            start += len(part)
+        self._fill(rx, rx.trl, start)
+        if _TRL.unpack(rx.trl)[0] != _trailer(self._session, seq):
+            self._fail(ChannelSequenceError(f"{self.name}: frame {seq} does not end where its "
+                                            "header says: out of step, the channel is closed"))
+        rx.done = (seq, rx.parts[0], rx.parts[1:], body - _TRL.size)
 
     def poison(self) -> None:
         """Wake a blocked ``read`` in another thread (it raises ChannelClosedError)."""
