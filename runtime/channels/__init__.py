@@ -30,9 +30,9 @@ Signatures:
   ``ChannelClosedError``) within about a second. Readers drain values already written
   before they see the close.
 - Positions: ``reader.position`` counts values consumed. A value that cannot be decoded
-  comes back as a ``DecodeError`` (an ``ErrorValue``) for its position; ``read_at(p)``
-  returns value ``p``, an error value for ``p`` (``LostValue`` when an interrupted read
-  consumed it) - never another position's value. Slots and frames carry their sequence
+  comes back as an ``ErrorValue`` for its position (``cause == "decode"``); ``read_at(p)``
+  returns value ``p`` or an error value for ``p`` (``cause == "lost"`` when an interrupted
+  read consumed it) - never another position's value. Slots and frames carry their sequence
   number; a mismatch is ``ChannelSequenceError``.
 - Values: anything picklable. numpy arrays / CPU torch tensors with >= ``zero_copy_min``
   bytes are read zero-copy (numpy read-only); holding them never blocks the writer; data
@@ -89,14 +89,14 @@ from .errors import (
     ChannelError,
     ChannelSequenceError,
     ChannelTimeoutError,
-    DecodeError,
     ErrorValue,
     FrameTooLargeError,
-    LostValue,
     PeerDiedError,
     SegmentExistsError,
     ShmSecurityError,
     UnsupportedPlatformError,
+    decode_error,
+    lost_value,
 )
 from .ring import ShmRingReader, ShmRingWriter, require_ring_support, ring_supported
 from .shm import cleanup_segments, list_segments, segment_dir, sweep_dead_segments
@@ -104,8 +104,8 @@ from .tcp import DEFAULT_MAX_FRAME_BYTES, TcpReader, TcpWriter
 
 __all__ = ["ChannelAuthError", "ChannelClosedError", "ChannelError", "ChannelSequenceError",
            "ChannelTimeoutError", "Communicator", "CpuCommunicator", "DEFAULT_MAX_FRAME_BYTES",
-           "DecodeError", "ErrorValue", "FrameTooLargeError", "LostValue", "PeerDiedError",
+           "ErrorValue", "FrameTooLargeError", "PeerDiedError",
            "ReduceOp", "SegmentExistsError", "ShmRingReader", "ShmRingWriter",
            "ShmSecurityError", "TcpReader", "TcpWriter", "UnsupportedPlatformError",
-           "cleanup_segments", "list_segments", "require_ring_support", "ring_supported",
+           "cleanup_segments", "decode_error", "list_segments", "lost_value", "require_ring_support", "ring_supported",
            "segment_dir", "sweep_dead_segments"]

@@ -20,8 +20,8 @@ from cgc.plan_schema.errors import CgcError
 
 __all__ = ["ChannelError", "ChannelClosedError", "ChannelTimeoutError", "PeerDiedError",
            "ChannelSequenceError", "FrameTooLargeError", "ChannelAuthError", "ShmSecurityError",
-           "SegmentExistsError", "UnsupportedPlatformError", "ErrorValue", "DecodeError",
-           "LostValue"]
+           "SegmentExistsError", "UnsupportedPlatformError", "ErrorValue", "decode_error",
+           "lost_value"]
 
 
 class ChannelError(CgcError):
@@ -128,6 +128,17 @@ class ErrorValue:
         return cls(exc, traceback_text=tb, actor=actor, method=method,
                    exec_index=exec_index, extra=extra)
 
+    @property
+    def cause(self) -> str:
+        """"decode" (the reader could not decode the value), "lost" (an interrupted read
+        consumed it), or "" (a failure upstream, e.g. a method that raised)."""
+        return str(self.extra.get("cause", ""))
+
+    @property
+    def position(self) -> int:
+        """For channel-made error values: the value's index on its channel, else -1."""
+        return int(self.extra.get("position", -1))
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Why: an exception that does not round-trip through pickle must not break the
         # channel; ship it only when dumps+loads both work, else only its text.
@@ -137,68 +148,46 @@ class ErrorValue:
                 pickle.loads(pickle.dumps(exc, protocol=5))
             except Exception:  # noqa: BLE001 - anything unpicklable degrades to text
                 exc = None
-        return (type(self), (exc, self.type_name, self.message, self.traceback_text,
+        return (ErrorValue, (exc, self.type_name, self.message, self.traceback_text,
                              self.actor, self.method, self.exec_index, self.extra))
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.type_name}: {self.message!r}, actor={self.actor!r}, "
+        return (f"ErrorValue({self.type_name}: {self.message!r}, actor={self.actor!r}, "
                 f"method={self.method!r}, exec_index={self.exec_index})")
 
 
-class DecodeError(ErrorValue):
-    """A value that reached the reader but could not be decoded there (unpickling raised).
+def decode_error(channel: str, position: int, exc: BaseException) -> ErrorValue:
+    """The error value that takes the place of value ``position`` of ``channel`` when its
+    decoding raised ``exc`` in the reader (call inside the ``except`` block).
 
-    It takes the place of that one value: exactly one position is consumed, so the values
-    after it keep their positions. Only the original exception's text travels (no object,
-    no traceback frames that could pin shared memory). ``position`` is the value's index
-    on the channel, ``channel`` its name.
-
-    Example:
-        >>> d = DecodeError.at("g-c1", 4, ModuleNotFoundError("no module named 'x'"))
-        >>> d.position, d.type_name
-        (4, 'ModuleNotFoundError')
-    """
-
-    __slots__ = ()
-
-    @classmethod
-    def at(cls, channel: str, position: int, exc: BaseException) -> DecodeError:
-        """The error value for position ``position`` of ``channel`` whose decoding raised
-        ``exc`` (call inside the ``except`` block)."""
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        cls_ = type(exc)
-        tname = cls_.__qualname__ if cls_.__module__ == "builtins" \
-            else f"{cls_.__module__}.{cls_.__qualname__}"
-        return cls(None, tname, f"channel {channel}: the value at position {position} could "
-                   f"not be decoded: {tname}: {exc}", tb,
-                   extra={"channel": channel, "position": position})
-
-    @property
-    def position(self) -> int:
-        """Index of the value on its channel (values read before it)."""
-        return int(self.extra.get("position", -1))
-
-    @property
-    def channel(self) -> str:
-        """Name of the channel it was read from."""
-        return str(self.extra.get("channel", ""))
-
-
-class LostValue(DecodeError):
-    """The value at ``position`` was taken off the channel by a read that was interrupted
-    (e.g. KeyboardInterrupt) before it could return it: that value is gone, the ones after
-    it are not. ``reader.read_at(position)`` returns this for such a position.
+    It is a plain ``ErrorValue`` (so every ``type(v) is ErrorValue`` check treats it as an
+    error for that position) with ``cause == "decode"``; exactly one position is consumed,
+    so the values after it keep theirs. Only the exception's text travels (no object, no
+    traceback frames that could pin shared memory).
 
     Example:
-        >>> LostValue.at_position("g-c1", 3).position
-        3
+        >>> d = decode_error("g-c1", 4, ModuleNotFoundError("no module named 'x'"))
+        >>> d.cause, d.position, d.type_name
+        ('decode', 4, 'ModuleNotFoundError')
     """
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    cls = type(exc)
+    tname = cls.__qualname__ if cls.__module__ == "builtins" \
+        else f"{cls.__module__}.{cls.__qualname__}"
+    return ErrorValue(None, tname, f"channel {channel}: the value at position {position} "
+                      f"could not be decoded here: {tname}: {exc}", tb,
+                      extra={"cause": "decode", "channel": channel, "position": position})
 
-    __slots__ = ()
 
-    @classmethod
-    def at_position(cls, channel: str, position: int) -> LostValue:
-        """The record for the lost value at ``position`` of ``channel``."""
-        return cls(None, "LostValue", f"channel {channel}: the value at position {position} "
-                   "was consumed by a read that was interrupted before it returned",
-                   extra={"channel": channel, "position": position})
+def lost_value(channel: str, position: int) -> ErrorValue:
+    """The error value for position ``position`` of ``channel`` when a read that consumed it
+    was interrupted (e.g. KeyboardInterrupt) before returning it: that value is gone, the
+    ones after it are not (``cause == "lost"``). ``reader.read_at`` returns it.
+
+    Example:
+        >>> lost_value("g-c1", 3).cause
+        'lost'
+    """
+    return ErrorValue(None, "LostValue", f"channel {channel}: the value at position {position} "
+                      "was consumed by a read that was interrupted before it returned",
+                      extra={"cause": "lost", "channel": channel, "position": position})

@@ -17,11 +17,11 @@ only then stores ``rseq_i + 1``. Each word has exactly one writer process.
 
 Positions and failures (no desync, ever): ``reader.position`` is the shared cursor itself,
 the one place that says how many values this reader consumed. A value whose decoding
-raises is delivered as a ``DecodeError`` for its position (exactly one slot consumed). An
+raises is delivered as a ``decode_error`` value for its position (exactly one slot consumed). An
 interrupt (KeyboardInterrupt, any BaseException) before the cursor store leaves the value
 unread - the next ``read`` returns it; one after the store (the value is consumed but was
 never returned) shows as ``position`` having moved: ``read_at(p)`` for that ``p`` then
-returns a ``LostValue`` error value instead of the next value. So a caller that asks for
+returns a ``lost_value`` error value instead of the next value. So a caller that asks for
 value ``p`` with ``read_at(p)`` gets value ``p`` or an error value for ``p``, never another.
 
 Memory ordering (why x86_64 only): the protocol needs (1) the payload and slot-header
@@ -78,11 +78,11 @@ from .errors import (
     ChannelClosedError,
     ChannelSequenceError,
     ChannelTimeoutError,
-    DecodeError,
-    LostValue,
     PeerDiedError,
     ShmSecurityError,
     UnsupportedPlatformError,
+    decode_error,
+    lost_value,
 )
 from .futex import fence, futex_wait, futex_wake
 from .pcopy import copy_into
@@ -528,8 +528,8 @@ class ShmRingReader(_Endpoint):
     def read_at(self, position: int, timeout: float | None = None) -> Any:
         """The value at ``position`` (0 = the first value ever written to this reader).
 
-        Returns the value, a ``DecodeError`` for it, or - when a read interrupted after it
-        consumed ``position`` lost that value - a ``LostValue`` for it.
+        Returns the value, a ``decode_error`` value for it, or - when a read interrupted after it
+        consumed ``position`` lost that value - a ``lost_value`` for it.
 
         Raises:
             ChannelSequenceError: ``position`` is ahead of the next unread value.
@@ -539,14 +539,14 @@ class ShmRingReader(_Endpoint):
         if position == pos:
             return self.read(timeout)
         if position < pos:
-            return LostValue.at_position(self.name, position)
+            return lost_value(self.name, position)
         raise ChannelSequenceError(f"channel {self.name}: value {position} asked for, but the "
                                    f"next unread one is {pos}")
 
     def read(self, timeout: float | None = None) -> Any:
         """Take the next value (blocks until one is written).
 
-        Returns the value, or a ``DecodeError`` (an ``ErrorValue``) when it could not be
+        Returns the value, or a ``decode_error`` value (an ``ErrorValue``) when it could not be
         decoded here; either way exactly one value is consumed.
 
         Raises:
@@ -570,12 +570,17 @@ class ShmRingReader(_Endpoint):
             self._corrupt(seq, hseq)
         self.last_nbytes = total
         if layout == _INLINE:
+            mv = self._mv
+            p = base + _SLOT_HDR_SIZE
             try:
-                value = self._load_inline(base + _SLOT_HDR_SIZE, n, plen)
+                bufs = []
+                if n:
+                    t = struct.unpack_from(f"<{2 * n}Q", mv, p)
+                    bufs = [bytearray(mv[p + t[2 * k]:p + t[2 * k] + t[2 * k + 1]])
+                            for k in range(n)]
+                value = loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
             except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
-                value = DecodeError.at(self.name, seq, e)
-            if q[(base + 8) // 8] != seq:
-                self._corrupt(seq, q[(base + 8) // 8])
+                value = decode_error(self.name, seq, e)
             self._advance(seq)
             return value
         if sh is None or sh[0] != seq:
@@ -584,14 +589,6 @@ class ShmRingReader(_Endpoint):
         self._advance(seq)
         self._unhold_slot(sh)
         return value
-
-    def _load_inline(self, p: int, n: int, plen: int) -> Any:
-        mv = self._mv
-        bufs = []
-        if n:
-            t = struct.unpack_from(f"<{2 * n}Q", mv, p)
-            bufs = [bytearray(mv[p + t[2 * k]:p + t[2 * k] + t[2 * k + 1]]) for k in range(n)]
-        return loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
 
     def _read_block(self, seq: int, bid: int, n: int, plen: int, total: int) -> Any:
         try:
@@ -613,7 +610,7 @@ class ShmRingReader(_Endpoint):
             bufs = [cmv[t[2 * k]:t[2 * k] + t[2 * k + 1]] for k in range(n)]
             return loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
         except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
-            return DecodeError.at(self.name, seq, e)
+            return decode_error(self.name, seq, e)
 
     def _borrow(self, carrier: np.ndarray, seg: Segment, u: memoryview, bid: int) -> None:
         """Count ``carrier`` as a live view of block ``bid`` until it dies."""

@@ -32,7 +32,7 @@ closed. The writer refuses to send one too (nothing sent; the channel stays usab
 
 Reading: a frame is received into a per-frame state object, so a read interrupted by a
 signal resumes where it stopped; ``position`` (values consumed) moves in one store after
-decoding, and an undecodable value is delivered as a ``DecodeError`` for its position, as
+decoding, and an undecodable value is delivered as a ``decode_error`` value for its position, as
 in the ring; ``read_at(p)`` gives value ``p`` or an error value for ``p``, never another.
 
 Out-of-band buffers (numpy/torch memory) go straight from the array to the socket with
@@ -69,9 +69,9 @@ from .errors import (
     ChannelClosedError,
     ChannelSequenceError,
     ChannelTimeoutError,
-    DecodeError,
     FrameTooLargeError,
-    LostValue,
+    decode_error,
+    lost_value,
 )
 from .serial import Serializer, loads
 
@@ -351,16 +351,18 @@ class TcpWriter:
         if self._acceptor is not None:
             self.accept(timeout if timeout is not None else 30.0)
         data, raws = self._ser.dumps(value)
-        size = len(data) + sum(r.nbytes for r in raws) + 8 * len(raws)
+        size = len(data) + 8 * len(raws)
+        for r in raws:
+            size += r.nbytes
         if size > self.max_frame_bytes or len(raws) > _MAX_BUFS:
             raise FrameTooLargeError(f"{self.name}: a value of {size} bytes exceeds the "
                                      f"channel's maximum of {self.max_frame_bytes} bytes")
-        self._send(_DATA, data, raws)
+        self._send(_DATA, data, raws, size)
 
-    def _send(self, kind: int, data: bytes, raws: list[memoryview]) -> None:
+    def _send(self, kind: int, data: bytes, raws: list[memoryview], size: int = 0) -> None:
         seq = self._seq
-        lens = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
-        body = len(lens) + len(data) + sum(r.nbytes for r in raws) + _TRL.size
+        lens = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)) if raws else b""
+        body = size + _TRL.size
         try:
             for i, s in enumerate(self._socks):
                 if s is not None:
@@ -523,8 +525,8 @@ class TcpReader:
         return self._expect
 
     def read_at(self, position: int, timeout: float | None = None) -> Any:
-        """The value at ``position``: the value, a ``DecodeError`` for it, or a
-        ``LostValue`` when an interrupted read consumed it (see the ring's ``read_at``).
+        """The value at ``position``: the value, a ``decode_error`` value for it, or a
+        ``lost_value`` when an interrupted read consumed it (see the ring's ``read_at``).
 
         Raises:
             ChannelSequenceError: ``position`` is ahead of the next unread value.
@@ -534,12 +536,12 @@ class TcpReader:
         if position == pos:
             return self.read(timeout)
         if position < pos:
-            return LostValue.at_position(self.name, position)
+            return lost_value(self.name, position)
         raise ChannelSequenceError(f"{self.name}: value {position} asked for, but the next "
                                    f"unread one is {pos}")
 
     def read(self, timeout: float | None = None) -> Any:
-        """Receive the next value in order (a ``DecodeError`` if it cannot be decoded).
+        """Receive the next value in order (a ``decode_error`` value if it cannot be decoded).
 
         Raises:
             ChannelTimeoutError: nothing started arriving within ``timeout`` s.
@@ -562,7 +564,13 @@ class TcpReader:
                     raise ChannelTimeoutError(f"{self.name}: read timed out after {timeout} s")
             self._dirty = True  # cleared when the frame is whole; else _recover() next time
             try:
-                self._receive(rx)
+                if rx.off:
+                    self._receive(rx)  # resume an interrupted frame
+                else:
+                    if self._lo == self._hi:
+                        self._refill()
+                    if not self._whole(rx):
+                        self._receive(rx)
             except OSError as e:
                 self._closed = True
                 raise ChannelClosedError(f"{self.name}: connection error ({e})") from None
@@ -572,10 +580,39 @@ class TcpReader:
         try:
             value = loads(data, bufs)
         except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
-            value = DecodeError.at(self.name, seq, e)
+            value = decode_error(self.name, seq, e)
         self._expect = seq + 1  # consumed: one store
         self._rx = _Rx()
         return value
+
+    def _whole(self, rx: _Rx) -> bool:
+        """Take a frame that lies whole in the receive buffer (the common, small case) in
+        one step; False leaves everything to ``_receive`` (which also reports errors)."""
+        lo, hi = self._lo, self._hi
+        buf = self._buf
+        H = _HDR.size
+        if hi - lo < H:
+            return False
+        magic, kind, seq, plen, nbufs, _z, session, body = _HDR.unpack_from(buf, lo)
+        end = lo + H + body
+        if (end > hi or magic != _MAGIC or kind != _DATA or session != self._session
+                or seq != self._expect or 8 * nbufs + plen + _TRL.size > body):
+            return False
+        p = lo + H
+        lens = struct.unpack_from(f"<{nbufs}Q", buf, p) if nbufs else ()
+        p += 8 * nbufs
+        if (p + plen + sum(lens) + _TRL.size != end
+                or _TRL.unpack_from(buf, end - _TRL.size)[0] != _trailer(session, seq)):
+            return False
+        data = buf[p:p + plen]
+        p += plen
+        bufs = []
+        for n in lens:
+            bufs.append(buf[p:p + n])
+            p += n
+        rx.done = (seq, data, bufs, body - _TRL.size)
+        self._lo = end  # with the store above: no handler runs in between
+        return True
 
     def _refill(self) -> None:
         lo, hi = self._lo, self._hi

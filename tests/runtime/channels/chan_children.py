@@ -185,10 +185,10 @@ def summarize(v):
     """A picklable summary of a value read from a channel."""
     import numpy as np
 
-    from cgc.runtime.channels import DecodeError
+    from cgc.runtime.channels import ErrorValue
 
-    if isinstance(v, DecodeError):
-        return ("decode", v.position, v.type_name)
+    if isinstance(v, ErrorValue):
+        return (v.cause, v.position, v.type_name)
     if isinstance(v, np.ndarray):
         return ("arr", int(v.sum()))
     return ("val", v)

@@ -16,8 +16,7 @@ import pytest
 from cgc.runtime.channels import (
     ChannelClosedError,
     ChannelSequenceError,
-    DecodeError,
-    LostValue,
+    ErrorValue,
     ShmRingReader,
     ShmRingWriter,
     TcpReader,
@@ -83,7 +82,7 @@ def test_undecodable_block_value_frees_its_block(prefix):
     for i in range(6):
         w.write((never, np.full(100_000, i)), timeout=5)
         out = r.read(timeout=5)
-        assert isinstance(out, DecodeError) and out.position == 2 * i
+        assert type(out) is ErrorValue and out.cause == "decode" and out.position == 2 * i
         assert "cannot be decoded" in out.message and out.exception is None
         w.write(np.full(100_000, i), timeout=5)
         assert (r.read(timeout=5) == i).all()
@@ -100,7 +99,8 @@ def test_read_at_gives_that_position_or_an_error_for_it(prefix):
     assert r.read_at(0, timeout=5) == 0
     assert r.read(timeout=5) == 10  # consumed, but (say) lost by the caller
     lost = r.read_at(1, timeout=5)
-    assert isinstance(lost, LostValue) and lost.position == 1 and r.position == 2
+    assert type(lost) is ErrorValue and lost.cause == "lost" and lost.position == 1
+    assert r.position == 2
     with pytest.raises(ChannelSequenceError, match="value 5 asked for"):
         r.read_at(5, timeout=5)
     assert r.read_at(2, timeout=5) == 20
@@ -191,7 +191,7 @@ def _read_all_under_interrupts(reader, n):
 def _check(got, n, end):
     lost = 0
     for pos, s in got.items():
-        if s[0] == "decode":
+        if s[0] == "lost":
             assert s[1:] == (pos, "LostValue"), (pos, s)
             lost += 1
         else:
