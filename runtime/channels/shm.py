@@ -44,10 +44,11 @@ import time
 from .errors import SegmentExistsError, ShmSecurityError
 from .procs import identity, is_alive
 
-__all__ = ["SHM_ROOT", "HEADER", "Segment", "SegmentNotReady", "segment_dir", "list_segments",
+__all__ = ["SHM_ROOT", "SHM_DIR", "HEADER", "Segment", "SegmentNotReady", "segment_dir", "list_segments",
            "cleanup_segments", "sweep_dead_segments"]
 
 SHM_ROOT = "/dev/shm"
+SHM_DIR: str | None = None  # the segment directory itself, when set (tests: a private one)
 HEADER = 64  # bytes before the data view: the creator record
 _SEG_MAGIC = 0x47534743  # "CGSG"
 _SEG_VERSION = 1
@@ -63,8 +64,9 @@ class SegmentNotReady(FileNotFoundError):
 
 
 def segment_dir() -> str:
-    """This user's segment directory, ``<SHM_ROOT>/cgc-<euid>``."""
-    return os.path.join(SHM_ROOT, f"cgc-{os.geteuid()}")
+    """This user's segment directory: ``SHM_DIR`` when set, else ``<SHM_ROOT>/cgc-<euid>``
+    (either way it must be ours with mode 0700)."""
+    return SHM_DIR or os.path.join(SHM_ROOT, f"cgc-{os.geteuid()}")
 
 
 def _check_name(name: str) -> str:
