@@ -221,3 +221,29 @@ def test_unpicklable_value_leaves_channel_usable(prefix):
     w.write(5)
     assert r.read(timeout=1) == 5
     _close(w, [r])
+
+
+def test_ring_refuses_architectures_it_is_not_proven_on(prefix, monkeypatch):
+    import collections
+    import os
+
+    from cgc.runtime.channels import TcpReader, TcpWriter, UnsupportedPlatformError
+    from cgc.runtime.channels import ring as ring_mod
+
+    assert ring_mod.ring_supported()  # this machine is x86-64: the suite runs the ring
+    real = os.uname()
+    fake = collections.namedtuple("uname", "sysname nodename release version machine")(
+        *real[:4], "aarch64")
+    monkeypatch.setattr(ring_mod.os, "uname", lambda: fake)
+    with pytest.raises(UnsupportedPlatformError, match="host_transport='tcp'"):
+        ShmRingWriter.create(prefix + "c", slots=2, slot_bytes=256)
+    with pytest.raises(UnsupportedPlatformError):
+        ShmRingReader.attach(prefix + "c", 0, timeout=1)
+    assert list_segments(prefix) == []
+    key = b"k" * 32  # TCP channels are the way on such machines
+    w = TcpWriter.listen("127.0.0.1", 0, secret=key)
+    r = TcpReader.connect("127.0.0.1", w.port, reader_index=0, secret=key)
+    w.write([1, 2])
+    assert r.read(timeout=10) == [1, 2]
+    r.close()
+    w.close()
