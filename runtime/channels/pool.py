@@ -242,5 +242,6 @@ class BlockCache:
 
 
 def _close_mapped(m: tuple[Segment, memoryview]) -> None:
-    m[1].release()
+    # Why the header view is not released: a zero-copy borrow's callback may still hold it
+    # to clear its busy word; the mapping then lives until that view is gone too.
     m[0].close()

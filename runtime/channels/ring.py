@@ -91,7 +91,6 @@ from .pool import (
     BlockCache,
     BlockPool,
     block_data_offset,
-    block_seq,
     release_block,
 )
 from .procs import identity, is_alive
@@ -113,6 +112,7 @@ _R_ID = struct.Struct("<IQQ")  # at +12 of a reader record: pid, start ticks, pi
 _SLOT_HDR = struct.Struct("<IIQQQQ")  # layout, nbufs, seq, pickle_len, block_id, payload_len
 _SLOT_HDR_SIZE = 64
 _INLINE, _BLOCK = 1, 2
+_U_BSEQ = 16 // 4  # u32 index of a block's value sequence number (low half, then high)
 _SLICE = 0.25  # longest single futex sleep: a safety net, and the peer-liveness period
 _BORROWS: dict[int, weakref.ref] = {}  # keeps borrow callbacks alive past their reader
 _TSO_MACHINES = frozenset({"x86_64", "amd64", "AMD64"})
@@ -513,6 +513,7 @@ class ShmRingReader(_Endpoint):
         self._flag = (_R_BASE + _R_STRIDE * reader_index + 8) // 4
         self._blocks = BlockCache(name, limit=2 * self.slots + 8)
         self._holds: dict[int, int] = {}  # block id -> live zero-copy carriers
+        self._me = weakref.ref(self)  # what borrow callbacks hold (never the reader itself)
         self._slot_hold: tuple[int, int] | None = None  # (seq, block id) read, not consumed
         self._final_pos = 0
         self.last_nbytes = 0
@@ -584,20 +585,25 @@ class ShmRingReader(_Endpoint):
             self._advance(seq)
             return value
         if sh is None or sh[0] != seq:
-            sh = self._slot_hold = (seq, bid)
-        value = self._read_block(seq, bid, n, plen, total)
-        self._advance(seq)
-        self._unhold_slot(sh)
-        return value
-
-    def _read_block(self, seq: int, bid: int, n: int, plen: int, total: int) -> Any:
+            self._slot_hold = (seq, bid)
         try:
             seg, u = self._blocks.get(bid)
         except FileNotFoundError:
             raise ChannelClosedError(f"channel {self.name}: writer is gone") from None
-        got = block_seq(seg)
+        got = u[_U_BSEQ] | u[_U_BSEQ + 1] << 32
         if got != seq:
             self._corrupt(seq, got)
+        value = self._load_block(seq, seg, u, bid, n, plen, total)
+        self._advance(seq)
+        with self._blocks.lock:
+            self._slot_hold = None
+            if self._holds.get(bid, 0):
+                return value  # live zero-copy views: the last one to die releases the block
+        _release(seg, u, self.index, self.num_readers)
+        return value
+
+    def _load_block(self, seq: int, seg: Segment, u: memoryview, bid: int, n: int, plen: int,
+                    total: int) -> Any:
         p = block_data_offset(self.num_readers)
         mv = seg.mv
         try:
@@ -613,12 +619,10 @@ class ShmRingReader(_Endpoint):
             return decode_error(self.name, seq, e)
 
     def _borrow(self, carrier: np.ndarray, seg: Segment, u: memoryview, bid: int) -> None:
-        """Count ``carrier`` as a live view of block ``bid`` until it dies."""
+        """Count ``carrier`` as a live view of block ``bid`` until it dies (``u`` stays
+        valid while referenced: the cache never releases it, see ``BlockCache``)."""
         blocks = self._blocks
-        me = weakref.ref(self)
-        # Why its own view: the cache may drop (and release) its view of the block while
-        # this borrow lives; the callback must still be able to clear the busy word.
-        u = seg.mv[:len(u) * 4].cast("I")
+        me = self._me
         with blocks.lock:
             self._holds[bid] = self._holds.get(bid, 0) + 1
 
