@@ -54,11 +54,6 @@ def block_data_offset(num_readers: int) -> int:
     return (64 + 4 * num_readers + 63) & ~63
 
 
-def block_seq(seg: Segment) -> int:
-    """Sequence number of the value the writer last put in block ``seg``."""
-    return struct.unpack_from("<Q", seg.mv, _B_SEQ)[0]
-
-
 def release_block(seg: Segment, u: memoryview, index: int, num_readers: int) -> None:
     """Reader ``index`` is done with block ``seg`` (``u``: its u32 view); a single-use
     block whose last reader this is gives its memory back now."""
