@@ -18,30 +18,46 @@ Same node (one writer, N readers, one write serves all)::
 Signatures:
 
 - ``ShmRingWriter.create(name, slots=4, slot_bytes=1<<20, num_readers=1, spin_us=0.0,
-  zero_copy_min=65536, max_data_bytes=None)``; ``.write(value, timeout=None)``;
-  ``.poison()``; ``.close()``; ``.closed``; ``ShmRingWriter.poison_by_name(name) -> bool``.
+  zero_copy_min=65536, max_data_bytes=None, keep_free_bytes=64<<20)``;
+  ``.write(value, timeout=None)``; ``.position``; ``.poison()``; ``.close(linger=0)``;
+  ``.closed``; ``ShmRingWriter.poison_by_name(name) -> bool``.
 - ``ShmRingReader.attach(name, reader_index, spin_us=0.0, timeout=10.0)``;
-  ``.read(timeout=None)``; ``.poison()``; ``.close()`` (closes for all); ``.detach()``.
+  ``.read(timeout=None)``; ``.read_at(position, timeout=None)``; ``.position``;
+  ``.last_nbytes``; ``.poison()``; ``.close()`` (closes for all); ``.detach()``.
 - ``timeout=None`` waits forever, ``0`` tries once. Timeouts raise ``ChannelTimeoutError``
-  (a ``CgcError`` and a ``TimeoutError``); closed/poisoned raise ``ChannelClosedError``.
-  Readers drain values already written before they see the close.
+  (a ``CgcError`` and a ``TimeoutError``); closed/poisoned raise ``ChannelClosedError``;
+  a peer process that died while we waited raises ``PeerDiedError`` (a
+  ``ChannelClosedError``) within about a second. Readers drain values already written
+  before they see the close.
+- Positions: ``reader.position`` counts values consumed. A value that cannot be decoded
+  comes back as an ``ErrorValue`` for its position (``cause == "decode"``); ``read_at(p)``
+  returns value ``p`` or an error value for ``p`` (``cause == "lost"`` when an interrupted
+  read consumed it) - never another position's value. Slots and frames carry their sequence
+  number; a mismatch is ``ChannelSequenceError``.
 - Values: anything picklable. numpy arrays / CPU torch tensors with >= ``zero_copy_min``
-  bytes are read zero-copy (numpy read-only); holding them never blocks the writer.
-- One thread per endpoint. Names: unique per channel (the caller's prefix + channel id);
-  data blocks are ``<name>.d<k>``.
+  bytes are read zero-copy (numpy read-only); holding them never blocks the writer; data
+  blocks beyond a small reusable pool are freed when the last reader drops them.
+- One thread per endpoint. Names: unique and unguessable per channel (``endpoints`` builds
+  them from a random graph prefix); data blocks are ``<name>.d<k>``. Segments live in
+  ``segment_dir()`` (``/dev/shm/cgc-<uid>``, mode 0700, owner-checked; see ``shm``).
+  ``sweep_dead_segments()`` removes segments whose creator process is gone.
+- The ring runs on x86_64 only (``ring_supported()``; why: ``ring`` docstring); elsewhere
+  it raises ``UnsupportedPlatformError``: use TCP channels there.
 - ``spin_us``: 0 (default) sleeps at once. Measured on the 2-core VM, int ping-pong round
   trip: 0 → ~65 µs with an idle peer core (the VM's idle-vCPU wake-up; a raw futex
   ping-pong is the same), ~18 µs when the peer core is busy; 20 → ~7 µs idle but p99 of
   ms under CPU contention. Pinning both ends to one core gives ~17 µs. Pick per deployment.
 
-Across nodes (same API; the writer listens, each reader connects)::
+Across nodes (same API; the writer listens on the node's IP, each reader connects and both
+prove they hold the graph's secret, once, at set-up)::
 
-    w = TcpWriter.listen(host="0.0.0.0", port=0, num_readers=1)   # then publish w.port
-    r = TcpReader.connect(host, port, timeout=30.0)
-    w.accept(timeout=30.0)          # optional: write() accepts lazily
+    w = TcpWriter.listen(node_ip, 0, num_readers=1, secret=key, channel=name)  # publish w.port
+    r = TcpReader.connect(node_ip, port, reader_index=0, secret=key, channel=name)
+    w.accept(timeout=30.0)          # optional: write() accepts lazily; closes the listener
     w.write(value); r.read(timeout=None); r.close(); w.close()   # w.poison() also exists
 
-``ChannelSequenceError`` (a ``ChannelError``): a gap/duplicate in the TCP sequence.
+``ChannelAuthError``: a peer failed the proof. ``FrameTooLargeError``: a frame over
+``max_frame_bytes`` (default ``DEFAULT_MAX_FRAME_BYTES``), refused before allocating.
 
 Communicators (NCCL semantics: send completes when the peer's recv takes the value;
 collectives return after every rank contributed; call orders must match on all ranks)::
@@ -67,11 +83,29 @@ from __future__ import annotations
 
 from .comm import Communicator, ReduceOp
 from .cpu_comm import CpuCommunicator
-from .errors import ChannelClosedError, ChannelError, ChannelTimeoutError, ErrorValue
-from .ring import ShmRingReader, ShmRingWriter
-from .shm import cleanup_segments, list_segments
-from .tcp import ChannelSequenceError, TcpReader, TcpWriter
+from .errors import (
+    ChannelAuthError,
+    ChannelClosedError,
+    ChannelError,
+    ChannelSequenceError,
+    ChannelTimeoutError,
+    ErrorValue,
+    FrameTooLargeError,
+    PeerDiedError,
+    SegmentExistsError,
+    ShmSecurityError,
+    UnsupportedPlatformError,
+    decode_error,
+    lost_value,
+)
+from .ring import ShmRingReader, ShmRingWriter, require_ring_support, ring_supported
+from .shm import cleanup_segments, list_segments, segment_dir, sweep_dead_segments
+from .tcp import DEFAULT_MAX_FRAME_BYTES, TcpReader, TcpWriter
 
-__all__ = ["ChannelClosedError", "ChannelError", "ChannelSequenceError", "ChannelTimeoutError",
-           "Communicator", "CpuCommunicator", "ErrorValue", "ReduceOp", "ShmRingReader",
-           "ShmRingWriter", "TcpReader", "TcpWriter", "cleanup_segments", "list_segments"]
+__all__ = ["ChannelAuthError", "ChannelClosedError", "ChannelError", "ChannelSequenceError",
+           "ChannelTimeoutError", "Communicator", "CpuCommunicator", "DEFAULT_MAX_FRAME_BYTES",
+           "ErrorValue", "FrameTooLargeError", "PeerDiedError",
+           "ReduceOp", "SegmentExistsError", "ShmRingReader", "ShmRingWriter",
+           "ShmSecurityError", "TcpReader", "TcpWriter", "UnsupportedPlatformError",
+           "cleanup_segments", "decode_error", "list_segments", "lost_value", "require_ring_support", "ring_supported",
+           "segment_dir", "sweep_dead_segments"]

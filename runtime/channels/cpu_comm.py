@@ -1,7 +1,9 @@
 """CPU communicator: NCCL's blocking semantics over shared-memory rings, for CPU-only runs.
 
-Names (all under the group ``prefix``; no set-up round trips: rank r creates the rings it
-writes and attaches to its peers' rings by name on first use):
+Names (all under the group ``prefix``, which the caller makes unguessable - see
+``endpoints.communicator_prefix``; no set-up round trips: rank r creates the rings it
+writes and attaches to its peers' rings by name on first use, and the rings refuse any
+name they did not create - see ``shm``):
 
 - ``<prefix>p<i>-<j>``: 1-slot data ring, rank i → rank j (created by i);
 - ``<prefix>a<i>-<j>``: 1-slot acknowledgement ring, j → i (created by j): ``send`` returns
@@ -29,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from .comm import Communicator, ReduceOp, reduce_values
-from .errors import ChannelError
+from .errors import ChannelError, ErrorValue
 from .ring import ShmRingReader, ShmRingWriter
 
 __all__ = ["CpuCommunicator"]
@@ -88,7 +90,8 @@ class CpuCommunicator(Communicator):
         """Rendezvous send: returns after rank ``peer``'s ``recv`` took the value.
 
         Raises:
-            ChannelTimeoutError, ChannelClosedError, ValueError (bad peer).
+            ChannelTimeoutError, ChannelClosedError (PeerDiedError: the peer's process
+            died while this call waited), ValueError (bad peer).
         """
         self._check_peer(peer)
         if peer not in self._attached:
@@ -98,10 +101,12 @@ class CpuCommunicator(Communicator):
 
     def recv(self, peer: int, shape: Any = None, dtype: Any = None,
              timeout: float | None = None) -> Any:
-        """Take the next value from ``peer`` and release its blocked ``send``.
+        """Take the next value from ``peer`` and release its blocked ``send`` (a value that
+        cannot be decoded here comes back as an ``ErrorValue`` with ``cause == "decode"``).
 
         Raises:
-            ChannelTimeoutError, ChannelClosedError, ValueError (bad peer).
+            ChannelTimeoutError, ChannelClosedError (PeerDiedError: the peer's process
+            died while this call waited), ValueError (bad peer).
         """
         self._check_peer(peer)
         v = self._reader(f"{self.prefix}p{peer}-{self.rank}", peer).read(timeout)
@@ -122,7 +127,10 @@ class CpuCommunicator(Communicator):
             if p == self.rank:
                 out.append(value)
                 continue
-            got_key, v = self._reader(f"{self.prefix}c{p}", p).read(timeout)
+            got = self._reader(f"{self.prefix}c{p}", p).read(timeout)
+            if type(got) is ErrorValue:  # rank p's contribution could not be decoded here
+                raise ChannelError(f"rank {self.rank}: {got.message}")
+            got_key, v = got
             if got_key != key:
                 raise ChannelError(f"rank {self.rank}: collective mismatch: this rank runs "
                                    f"{key}, rank {p} runs {got_key}")
@@ -134,7 +142,8 @@ class CpuCommunicator(Communicator):
         """Elementwise ``op`` over all ranks (numpy or torch); same result on every rank.
 
         Raises:
-            ValueError: shapes/dtypes differ between ranks. ChannelError: call orders differ.
+            ValueError: shapes/dtypes differ between ranks. ChannelError: call orders differ,
+            or a contribution could not be decoded. PeerDiedError: a rank died meanwhile.
         """
         op = _op(op)
         return reduce_values(self._exchange(f"allreduce.{op.value}", value, timeout), op)

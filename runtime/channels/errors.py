@@ -18,7 +18,10 @@ from typing import Any
 
 from cgc.plan_schema.errors import CgcError
 
-__all__ = ["ChannelError", "ChannelClosedError", "ChannelTimeoutError", "ErrorValue"]
+__all__ = ["ChannelError", "ChannelClosedError", "ChannelTimeoutError", "PeerDiedError",
+           "ChannelSequenceError", "FrameTooLargeError", "ChannelAuthError", "ShmSecurityError",
+           "SegmentExistsError", "UnsupportedPlatformError", "ErrorValue", "decode_error",
+           "lost_value"]
 
 
 class ChannelError(CgcError):
@@ -31,6 +34,47 @@ class ChannelClosedError(ChannelError):
 
 class ChannelTimeoutError(ChannelError, TimeoutError):
     """A read or write did not complete within its timeout."""
+
+
+class PeerDiedError(ChannelClosedError):
+    """The process at the other end of a blocked read or write is gone.
+
+    Attributes: ``channel`` (name), ``pid`` (the dead process), ``role`` ("writer" or
+    "reader <i>").
+    """
+
+    def __init__(self, channel: str, pid: int, role: str) -> None:
+        super().__init__(f"channel {channel}: the {role} process (pid {pid}) died")
+        self.channel, self.pid, self.role = channel, pid, role
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PeerDiedError, (self.channel, self.pid, self.role))
+
+
+class ChannelSequenceError(ChannelError):
+    """A value arrived out of order, or a slot/frame does not hold the value expected next
+    (gap, duplicate, torn or overwritten): the stream cannot be trusted any more."""
+
+
+class FrameTooLargeError(ChannelError):
+    """A TCP frame (received or about to be sent) exceeds the channel's maximum size."""
+
+
+class ChannelAuthError(ChannelError):
+    """A TCP peer failed the set-up proof (wrong secret, wrong channel, not cgc)."""
+
+
+class ShmSecurityError(ChannelError):
+    """A shared-memory path is not what cgc created: a symlink, another owner, a wrong
+    mode, or not a cgc segment. cgc never maps such a file."""
+
+
+class SegmentExistsError(ShmSecurityError, FileExistsError):
+    """The segment name is taken: a name is only ever created fresh, never attached to."""
+
+
+class UnsupportedPlatformError(ChannelError):
+    """The shared-memory ring is not proven correct on this CPU architecture."""
 
 
 class ErrorValue:
@@ -84,6 +128,17 @@ class ErrorValue:
         return cls(exc, traceback_text=tb, actor=actor, method=method,
                    exec_index=exec_index, extra=extra)
 
+    @property
+    def cause(self) -> str:
+        """"decode" (the reader could not decode the value), "lost" (an interrupted read
+        consumed it), or "" (a failure upstream, e.g. a method that raised)."""
+        return str(self.extra.get("cause", ""))
+
+    @property
+    def position(self) -> int:
+        """For channel-made error values: the value's index on its channel, else -1."""
+        return int(self.extra.get("position", -1))
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Why: an exception that does not round-trip through pickle must not break the
         # channel; ship it only when dumps+loads both work, else only its text.
@@ -99,3 +154,40 @@ class ErrorValue:
     def __repr__(self) -> str:
         return (f"ErrorValue({self.type_name}: {self.message!r}, actor={self.actor!r}, "
                 f"method={self.method!r}, exec_index={self.exec_index})")
+
+
+def decode_error(channel: str, position: int, exc: BaseException) -> ErrorValue:
+    """The error value that takes the place of value ``position`` of ``channel`` when its
+    decoding raised ``exc`` in the reader (call inside the ``except`` block).
+
+    It is a plain ``ErrorValue`` (so every ``type(v) is ErrorValue`` check treats it as an
+    error for that position) with ``cause == "decode"``; exactly one position is consumed,
+    so the values after it keep theirs. Only the exception's text travels (no object, no
+    traceback frames that could pin shared memory).
+
+    Example:
+        >>> d = decode_error("g-c1", 4, ModuleNotFoundError("no module named 'x'"))
+        >>> d.cause, d.position, d.type_name
+        ('decode', 4, 'ModuleNotFoundError')
+    """
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    cls = type(exc)
+    tname = cls.__qualname__ if cls.__module__ == "builtins" \
+        else f"{cls.__module__}.{cls.__qualname__}"
+    return ErrorValue(None, tname, f"channel {channel}: the value at position {position} "
+                      f"could not be decoded here: {tname}: {exc}", tb,
+                      extra={"cause": "decode", "channel": channel, "position": position})
+
+
+def lost_value(channel: str, position: int) -> ErrorValue:
+    """The error value for position ``position`` of ``channel`` when a read that consumed it
+    was interrupted (e.g. KeyboardInterrupt) before returning it: that value is gone, the
+    ones after it are not (``cause == "lost"``). ``reader.read_at`` returns it.
+
+    Example:
+        >>> lost_value("g-c1", 3).cause
+        'lost'
+    """
+    return ErrorValue(None, "LostValue", f"channel {channel}: the value at position {position} "
+                      "was consumed by a read that was interrupted before it returned",
+                      extra={"cause": "lost", "channel": channel, "position": position})

@@ -97,7 +97,9 @@ def fence() -> None:
 
     Why: the waiter-flag protocol is Dekker-style (publish, then check the other side's
     flag); x86 may reorder a store with a later load. A lock acquire/release executes a
-    ``lock``-prefixed instruction, which is a full fence on x86, for ~0.1 µs.
+    ``lock``-prefixed instruction (CPython's lock is a compare-and-swap), which is a full
+    fence on x86, for ~0.1 µs. This argument holds on x86-64 only; the ring refuses other
+    architectures (``ring.require_ring_support``), the futex calls themselves work there.
     """
     _fence_lock.acquire()
     _fence_lock.release()

@@ -1,19 +1,26 @@
 """Pooled data blocks for values that do not fit a ring slot or are read zero-copy.
 
-A block is its own /dev/shm segment ``<ring name>.d<id>`` (ids are never reused, so a
-reader's cached mapping can never point at a different block). Its header holds one
-*busy* word per reader: the writer sets all of them when it puts a value in the block;
-reader ``i`` clears word ``i`` when it no longer needs the memory (right after unpickling,
-or, for zero-copy results, when the last view of the block dies). Each word has a single
-writer at a time, so no atomic read-modify-write is needed across processes.
+A block is its own segment ``<ring name>.d<id>`` (ids are never reused, so a reader's
+cached mapping can never point at a different block). Its header holds the sequence number
+of the value in it (the reader checks it), a *single-use* flag, and one *busy* word per
+reader: the writer sets all of them when it puts a value in the block; reader ``i`` clears
+word ``i`` when it no longer needs the memory (right after unpickling, or, for zero-copy
+results, when the last view of the block dies). Each word has a single writer at a time,
+so no atomic read-modify-write is needed across processes.
+
+Memory held is bounded: the writer keeps at most ``keep_free`` reusable blocks of at most
+``keep_free_bytes`` in all. A block beyond that (needed only because readers still hold
+others) is *single-use*: the writer never reuses it, and the last reader to release it
+gives its pages back to the system at once (``Segment.punch``, MADV_REMOVE) - so results a
+user drops free their memory when dropped, not at the writer's next write. A block the
+writer retires is punched too when nobody uses it, so stale reader mappings hold nothing.
 
 The writer never waits for a borrowed block: it takes another free block or creates one.
-Free blocks beyond ``keep_free`` are unlinked, so memory follows what readers still hold.
 
 Example:
     >>> from cgc.runtime.channels.pool import BlockPool
     >>> p = BlockPool("cgc-doc-pool", num_readers=1)
-    >>> b = p.acquire(1000); b.cap >= 1000
+    >>> b = p.acquire(1000, seq=0); b.cap >= 1000
     True
     >>> p.close()
 """
@@ -21,20 +28,40 @@ Example:
 from __future__ import annotations
 
 import struct
+import threading
 import time
+from collections.abc import Callable
 
-from .errors import ChannelTimeoutError
+from .errors import ChannelTimeoutError, ShmSecurityError
+from .futex import fence
 from .shm import Segment
 
-__all__ = ["BlockPool", "BlockCache", "block_data_offset"]
+__all__ = ["BlockPool", "BlockCache", "block_data_offset", "release_block",
+           "DEFAULT_KEEP_FREE", "DEFAULT_KEEP_FREE_BYTES"]
 
 _BLOCK_MAGIC = 0x4B424743  # "CGBK"
 _MIN_BLOCK = 64 * 1024
+_B_SEQ = 16  # u64: sequence number of the value in the block
+_B_SINGLE = 24 // 4  # u32 index: single-use (punch when the last reader releases it)
+_B_BUSY = 64 // 4  # u32 index of reader 0's busy word
+DEFAULT_KEEP_FREE = 2
+DEFAULT_KEEP_FREE_BYTES = 64 << 20
+_CHECK_EVERY = 0.25  # s between peer-liveness checks while waiting for a block
 
 
 def block_data_offset(num_readers: int) -> int:
-    """Byte offset of the data area in a block segment (header + busy words, 64-aligned)."""
+    """Byte offset of the data area in a block (header + busy words, 64-aligned)."""
     return (64 + 4 * num_readers + 63) & ~63
+
+
+def release_block(seg: Segment, u: memoryview, index: int, num_readers: int) -> None:
+    """Reader ``index`` is done with block ``seg`` (``u``: its u32 view); a single-use
+    block whose last reader this is gives its memory back now."""
+    u[_B_BUSY + index] = 0
+    if u[_B_SINGLE]:
+        fence()  # our clear before the others' words are read (two readers racing: >= 1 sees all clear)
+        if not any(u[_B_BUSY + k] for k in range(num_readers)):
+            seg.punch(block_data_offset(num_readers))
 
 
 def _size_class(n: int) -> int:
@@ -45,7 +72,7 @@ def _size_class(n: int) -> int:
 
 
 class _Block:
-    __slots__ = ("id", "seg", "cap", "busy", "data_off")
+    __slots__ = ("id", "seg", "cap", "busy", "u", "data_off", "single")
 
     def __init__(self, bid: int, seg: Segment, cap: int, num_readers: int) -> None:
         self.id = bid
@@ -53,16 +80,20 @@ class _Block:
         self.cap = cap
         self.data_off = block_data_offset(num_readers)
         self.busy = seg.mv[64:64 + 4 * num_readers]
+        self.u = seg.mv[:64].cast("I")
+        self.single = False
 
 
 class BlockPool:
-    """Writer side: owns (creates, reuses, unlinks) the data blocks of one ring."""
+    """Writer side: owns (creates, reuses, punches, unlinks) the data blocks of one ring."""
 
-    def __init__(self, prefix: str, num_readers: int, keep_free: int = 4,
-                 max_bytes: int | None = None) -> None:
+    def __init__(self, prefix: str, num_readers: int, keep_free: int = DEFAULT_KEEP_FREE,
+                 max_bytes: int | None = None,
+                 keep_free_bytes: int = DEFAULT_KEEP_FREE_BYTES) -> None:
         self.prefix = prefix
         self.num_readers = num_readers
         self.keep_free = keep_free
+        self.keep_free_bytes = keep_free_bytes
         self.max_bytes = max_bytes
         self._blocks: dict[int, _Block] = {}
         self._next_id = 1
@@ -70,44 +101,70 @@ class BlockPool:
         self._zeros = bytes(4 * num_readers)
         self.total_bytes = 0
 
-    def _free(self) -> list[_Block]:
+    def _scan(self) -> list[_Block]:
+        """Free reusable blocks; free single-use ones are retired on the way."""
         z = self._zeros
-        return [b for b in self._blocks.values() if b.busy == z]
+        free = []
+        for b in list(self._blocks.values()):
+            if b.busy == z:
+                if b.single:
+                    self._retire(b)
+                else:
+                    free.append(b)
+        return free
 
-    def acquire(self, nbytes: int, timeout: float | None = None) -> _Block:
-        """A block with >= ``nbytes`` of data space, marked busy for every reader.
+    def acquire(self, nbytes: int, seq: int, timeout: float | None = None,
+                check: Callable[[], None] | None = None) -> _Block:
+        """A block with >= ``nbytes`` of data space for value ``seq``, busy for every reader.
+
+        ``check`` is called about every 0.25 s while waiting for ``max_bytes`` to allow a
+        new block (it raises when a reader died).
 
         Raises:
             ChannelTimeoutError: ``max_bytes`` is reached and nothing was freed in time.
             OSError: /dev/shm is full.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        next_check = time.monotonic() + _CHECK_EVERY
         while True:
-            free = self._free()
+            free = self._scan()
             fit = [b for b in free if b.cap >= nbytes]
             if fit:
                 blk = min(fit, key=lambda b: b.cap)
                 break
             cap = _size_class(nbytes)
-            # Why: unlink free blocks that are too small before growing, so /dev/shm holds
-            # only what is in use plus a few reusable blocks.
+            # Why: unlink free blocks that are too small before growing, so the reusable
+            # set follows the sizes in use.
             for b in sorted(free, key=lambda b: b.cap)[: max(len(free) - self.keep_free + 1, 0)]:
                 self._retire(b)
             if self.max_bytes is not None and self.total_bytes + cap > self.max_bytes:
-                for b in self._free():
+                for b in self._scan():
                     self._retire(b)
                 if self.total_bytes + cap > self.max_bytes:
-                    if deadline is not None and time.monotonic() >= deadline:
+                    now = time.monotonic()
+                    if deadline is not None and now >= deadline:
                         raise ChannelTimeoutError(
                             f"channel {self.prefix}: {self.total_bytes} bytes of data blocks "
                             f"are borrowed by readers (max {self.max_bytes})")
+                    if check is not None and now >= next_check:
+                        check()
+                        next_check = now + _CHECK_EVERY
                     time.sleep(0.001)  # rare: a reader holds every block; poll for a release
                     continue
             blk = self._create(cap)
+            pool = [b for b in self._blocks.values() if not b.single and b is not blk]
+            if (len(pool) + 1 > self.keep_free
+                    or sum(b.cap for b in pool) + blk.cap > self.keep_free_bytes):
+                blk.single = True
+                blk.u[_B_SINGLE] = 1
             break
+        struct.pack_into("<Q", blk.seg.mv, _B_SEQ, seq)
         blk.busy[:] = self._ones
-        self._trim()
         return blk
+
+    def unuse(self, blk: _Block) -> None:
+        """Give back a block acquired for a value that was never published."""
+        blk.busy[:] = self._zeros
 
     def _create(self, cap: int) -> _Block:
         bid = self._next_id
@@ -120,16 +177,13 @@ class BlockPool:
         self.total_bytes += cap
         return blk
 
-    def _trim(self) -> None:
-        free = self._free()
-        if len(free) > self.keep_free:
-            for b in sorted(free, key=lambda b: b.cap)[: len(free) - self.keep_free]:
-                self._retire(b)
-
     def _retire(self, b: _Block) -> None:
         del self._blocks[b.id]
         self.total_bytes -= b.cap
+        if b.busy == self._zeros:
+            b.seg.punch(b.data_off)  # nobody reads it: stale reader mappings hold nothing
         b.busy.release()
+        b.u.release()
         b.seg.close()
 
     def live_blocks(self) -> int:
@@ -143,32 +197,46 @@ class BlockPool:
 
 
 class BlockCache:
-    """Reader side: a bounded cache of mapped blocks, by id (mapping costs ~20 µs)."""
+    """Reader side: a bounded cache of mapped blocks, by id (mapping costs ~20 µs), and
+    the count of live zero-copy borrows per block."""
 
     def __init__(self, prefix: str, limit: int = 16) -> None:
         self.prefix = prefix
         self.limit = limit
-        self._maps: dict[int, Segment] = {}
+        self._maps: dict[int, tuple[Segment, memoryview]] = {}
+        self.lock = threading.Lock()  # borrow counts change from GC callbacks in any thread
 
-    def get(self, bid: int) -> Segment:
-        """The mapped block ``bid``.
+    def get(self, bid: int) -> tuple[Segment, memoryview]:
+        """The mapped block ``bid`` and its u32 header view.
 
         Raises:
             FileNotFoundError: the block is gone (the writer closed the channel).
+            ShmSecurityError: the name is not a segment of ours.
         """
-        seg = self._maps.get(bid)
-        if seg is None:
+        got = self._maps.get(bid)
+        if got is None:
             seg = Segment.attach(f"{self.prefix}.d{bid}")
+            magic, nr = struct.unpack_from("<II", seg.mv, 0)
+            if magic != _BLOCK_MAGIC or block_data_offset(nr) > seg.size:
+                seg.close()
+                raise ShmSecurityError(f"{seg.name} is not a data block of this channel")
+            got = (seg, seg.mv[:block_data_offset(nr)].cast("I"))
             if len(self._maps) >= self.limit:
                 # Why: retired blocks are never named again; dropping the oldest mapping
                 # lets its memory go (a live zero-copy view keeps its own mapping alive).
                 old = next(iter(self._maps))
-                self._maps.pop(old).close()
-            self._maps[bid] = seg
-        return seg
+                _close_mapped(self._maps.pop(old))
+            self._maps[bid] = got
+        return got
 
     def close(self) -> None:
         """Drop every mapping (views still in use keep theirs)."""
-        for seg in self._maps.values():
-            seg.close()
+        for m in self._maps.values():
+            _close_mapped(m)
         self._maps.clear()
+
+
+def _close_mapped(m: tuple[Segment, memoryview]) -> None:
+    # Why the header view is not released: a zero-copy borrow's callback may still hold it
+    # to clear its busy word; the mapping then lives until that view is gone too.
+    m[0].close()

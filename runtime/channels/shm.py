@@ -1,9 +1,24 @@
-"""POSIX shared-memory segments (files under /dev/shm) and the per-process cleanup registry.
+"""POSIX shared-memory segments: a private per-user directory, owner checks, cleanup, sweep.
 
-Every segment this process *creates* is recorded and unlinked by ``Segment.close`` or, at
-the latest, at interpreter exit (atexit). Readers only map segments; they never unlink.
-``cleanup_segments(prefix)`` removes whatever a crashed process left behind (the driver
-calls it at teardown with the graph's unique prefix).
+Where: every segment is a file in ``/dev/shm/cgc-<euid>/`` (tmpfs, so futex words in it
+work as in any shared mapping). That directory is created with mode 0700 and, whenever it
+is used, opened with ``O_NOFOLLOW`` and checked: a directory, ours, mode 0700 - else
+``ShmSecurityError`` (another local user cannot plant or read files in it, nor swap it for
+a symlink). Segment files are created ``O_EXCL`` with mode 0600: a name that already
+exists is ``SegmentExistsError``, never something to attach to. Attaching opens with
+``O_NOFOLLOW | O_NONBLOCK`` (a symlink or FIFO is refused, not followed or waited on) and
+``fstat`` must show a regular file of ours with mode 0600 before anything is mapped. Names
+are the caller's; the runtime makes them unguessable (``endpoints.new_graph_prefix``).
+
+Header: the first 64 bytes of each file record its creator (PID, start time, PID
+namespace; see ``procs``). ``Segment.mv`` / ``.addr`` start after it, so channel layouts
+never see it. ``sweep_dead_segments()`` unlinks every segment whose creator is gone - what
+a SIGKILLed process left behind - and leaves live ones alone; a reused PID is not mistaken
+for the creator (start times differ).
+
+Cleanup: every segment this process creates is unlinked by ``Segment.close`` or, at the
+latest, at interpreter exit (atexit). Readers only map; they never unlink.
+``cleanup_segments(prefix)`` removes whatever is left under one graph's prefix.
 
 Example:
     >>> from cgc.runtime.channels.shm import Segment, list_segments
@@ -18,77 +33,185 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import mmap
 import os
+import stat
+import struct
 import threading
+import time
 
-__all__ = ["SHM_DIR", "Segment", "list_segments", "cleanup_segments"]
+from .errors import SegmentExistsError, ShmSecurityError
+from .procs import identity, is_alive
 
-SHM_DIR = "/dev/shm"
+__all__ = ["SHM_ROOT", "SHM_DIR", "HEADER", "Segment", "SegmentNotReady", "segment_dir", "list_segments",
+           "cleanup_segments", "sweep_dead_segments"]
+
+SHM_ROOT = "/dev/shm"
+SHM_DIR: str | None = None  # the segment directory itself, when set (tests: a private one)
+HEADER = 64  # bytes before the data view: the creator record
+_SEG_MAGIC = 0x47534743  # "CGSG"
+_SEG_VERSION = 1
+_SEG_HDR = struct.Struct("<IIIIQQ")  # magic, version, pid, 0, start ticks, pid namespace
+_HEADERLESS_AGE = 60.0  # a file without a header this old was left mid-create by a crash
 
 _created: set[str] = set()  # names this process created and has not unlinked yet
 _created_lock = threading.Lock()
 
 
-def _path(name: str) -> str:
-    if not name or "/" in name or len(name) > 200:
+class SegmentNotReady(FileNotFoundError):
+    """The segment exists but its creator has not finished writing its header yet."""
+
+
+def segment_dir() -> str:
+    """This user's segment directory: ``SHM_DIR`` when set, else ``<SHM_ROOT>/cgc-<euid>``
+    (either way it must be ours with mode 0700)."""
+    return SHM_DIR or os.path.join(SHM_ROOT, f"cgc-{os.geteuid()}")
+
+
+def _check_name(name: str) -> str:
+    if not name or "/" in name or name.startswith(".") or len(name) > 200 or "\0" in name:
         raise ValueError(f"invalid shared-memory segment name {name!r}")
-    return os.path.join(SHM_DIR, name)
+    return name
+
+
+def _open_dir(create: bool) -> int:
+    """An fd of the checked segment directory (callers close it).
+
+    Raises:
+        FileNotFoundError: it does not exist (and ``create`` is False).
+        ShmSecurityError: it is a symlink, not a directory, not ours, or not mode 0700.
+    """
+    path = segment_dir()
+    made = False
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+            made = True
+        except FileExistsError:
+            pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ShmSecurityError(f"{path} is a symlink or not a directory: cgc will not "
+                                   "use it (remove it)") from None
+        raise
+    try:
+        if made:
+            os.fchmod(fd, 0o700)  # exactly 0700 whatever the umask
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != 0o700:
+            raise ShmSecurityError(
+                f"{path} belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}; "
+                f"cgc needs it owned by uid {os.geteuid()} with mode 700 (remove it)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class Segment:
-    """One mapped /dev/shm file: ``mv`` (bytes view), ``addr`` (base address for futexes)."""
+    """One mapped segment: ``mv`` (data bytes view), ``addr`` (data base address, for
+    futexes), ``size`` (data bytes), ``creator`` ((pid, start, pidns) from its header)."""
 
-    __slots__ = ("name", "size", "mm", "mv", "addr", "_anchor", "owner")
+    __slots__ = ("name", "size", "mm", "mv", "addr", "_full", "_anchor", "owner", "creator")
+
+    HEADER = HEADER
 
     def __init__(self, name: str, mm: mmap.mmap, owner: bool) -> None:
         self.name = name
         self.mm = mm
-        self.size = len(mm)
-        self.mv = memoryview(mm)
+        self.size = len(mm) - HEADER
+        self._full = memoryview(mm)
+        self.mv = self._full[HEADER:]
         # Why a ctypes anchor: it pins the mapping (mmap.close refuses while exported), so
         # the address we hand to futex() can never dangle.
         self._anchor = ctypes.c_char.from_buffer(mm)
-        self.addr = ctypes.addressof(self._anchor)
+        self.addr = ctypes.addressof(self._anchor) + HEADER
         self.owner = owner
+        _m, _v, pid, _z, start, ns = _SEG_HDR.unpack_from(mm, 0)
+        self.creator = (pid, start, ns)
 
     @classmethod
     def create(cls, name: str, size: int) -> Segment:
-        """Create and map a new zero-filled segment of ``size`` bytes (fails if it exists).
+        """Create and map a new zero-filled segment with ``size`` data bytes.
 
         Raises:
-            FileExistsError: the name is taken.
+            SegmentExistsError: the name is taken (also a ``FileExistsError``).
+            ShmSecurityError: the segment directory is not safe to use.
             OSError: /dev/shm is full (ENOSPC) - reported now rather than as SIGBUS later.
         """
-        path = _path(name)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        _check_name(name)
+        dfd = _open_dir(create=True)
+        try:
+            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        except FileExistsError:
+            raise SegmentExistsError(
+                f"shared-memory segment {name} already exists in {segment_dir()}: a name is "
+                "only ever created fresh (a reused graph prefix, or a planted file)") from None
+        finally:
+            os.close(dfd)
         with _created_lock:
             _created.add(name)
         try:
-            os.ftruncate(fd, size)
+            os.fchmod(fd, 0o600)
+            total = HEADER + size
+            os.ftruncate(fd, total)
             # Why fallocate: tmpfs pages are reserved now, so a full /dev/shm fails here
             # with ENOSPC instead of killing a process with SIGBUS on first touch.
-            os.posix_fallocate(fd, 0, size)
-            mm = mmap.mmap(fd, size)
+            os.posix_fallocate(fd, 0, total)
+            mm = mmap.mmap(fd, total)
         except BaseException:
             os.close(fd)
             _unlink(name)
             raise
         os.close(fd)
+        pid, start, ns = identity()
+        _SEG_HDR.pack_into(mm, 0, 0, _SEG_VERSION, pid, 0, start, ns)
+        struct.pack_into("<I", mm, 0, _SEG_MAGIC)  # last: a header is whole once it shows
         return cls(name, mm, owner=True)
 
     @classmethod
     def attach(cls, name: str) -> Segment:
-        """Map an existing segment.
+        """Map an existing segment after checking it is ours (see the module docstring).
 
         Raises:
-            FileNotFoundError: no such segment.
+            FileNotFoundError: no such segment (``SegmentNotReady``: it is being created).
+            ShmSecurityError: a symlink, not a regular file, another owner, a mode other
+                than 0600, or not a cgc segment.
         """
-        fd = os.open(_path(name), os.O_RDWR)
+        _check_name(name)
+        dfd = _open_dir(create=False)
         try:
-            mm = mmap.mmap(fd, 0)
+            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dfd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ShmSecurityError(f"shared-memory segment {name} is a symlink: "
+                                       "refused") from None
+            raise
+        finally:
+            os.close(dfd)
+        try:
+            st = os.fstat(fd)
+            mode = stat.S_IMODE(st.st_mode)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or mode != 0o600:
+                raise ShmSecurityError(
+                    f"shared-memory segment {name} is not a regular file of uid "
+                    f"{os.geteuid()} with mode 600 (uid {st.st_uid}, mode {mode:o}): refused")
+            if st.st_size < HEADER:
+                raise SegmentNotReady(f"segment {name} is being created")
+            mm = mmap.mmap(fd, st.st_size)
         finally:
             os.close(fd)
+        magic, version = struct.unpack_from("<II", mm, 0)
+        if magic != _SEG_MAGIC or version != _SEG_VERSION:
+            mm.close()
+            if magic == 0:
+                raise SegmentNotReady(f"segment {name} is being created")
+            raise ShmSecurityError(f"{name} is not a cgc segment (magic {magic:#x}): refused")
         return cls(name, mm, owner=False)
 
     def unlink(self) -> None:
@@ -96,13 +219,22 @@ class Segment:
         if self.owner:
             _unlink(self.name)
 
+    def punch(self, start: int) -> None:
+        """Give back the memory of data bytes ``start..`` to the system (for every process
+        that maps them: they read as zeros afterwards). Only for bytes nobody uses."""
+        page = mmap.PAGESIZE
+        a = (HEADER + start + page - 1) // page * page
+        if a < len(self.mm):
+            self.mm.madvise(mmap.MADV_REMOVE, a, len(self.mm) - a)
+
     def close(self) -> None:
         """Unlink (if created here) and unmap; an unmap still in use by views is left to GC."""
         self.unlink()
-        try:
-            self.mv.release()
-        except BufferError:
-            pass
+        for v in (self.mv, self._full):
+            try:
+                v.release()
+            except BufferError:
+                pass
         self._anchor = None
         try:
             self.mm.close()
@@ -114,28 +246,41 @@ def _unlink(name: str) -> None:
     with _created_lock:
         _created.discard(name)
     try:
-        os.unlink(os.path.join(SHM_DIR, name))
+        dfd = _open_dir(create=False)
+    except (FileNotFoundError, ShmSecurityError):
+        return  # nothing of ours there (a directory swapped for a symlink is never followed)
+    try:
+        os.unlink(name, dir_fd=dfd)
     except FileNotFoundError:
         pass
+    finally:
+        os.close(dfd)
 
 
 def list_segments(prefix: str) -> list[str]:
-    """Names of the /dev/shm entries starting with ``prefix`` (sorted).
+    """Names of this user's segments starting with ``prefix`` (sorted).
 
     Example:
         >>> list_segments("no-such-prefix-xyz")
         []
+
+    Raises:
+        ShmSecurityError: the segment directory is not safe to use.
     """
     try:
-        return sorted(n for n in os.listdir(SHM_DIR) if n.startswith(prefix))
+        dfd = _open_dir(create=False)
     except FileNotFoundError:
         return []
+    try:
+        return sorted(n for n in os.listdir(dfd) if n.startswith(prefix))
+    finally:
+        os.close(dfd)
 
 
 def cleanup_segments(prefix: str | None = None) -> list[str]:
     """Unlink segments; returns the names removed.
 
-    With ``prefix``: every /dev/shm entry starting with it, whoever created it (use a
+    With ``prefix``: every segment of this user starting with it, whoever created it (use a
     prefix unique to one graph). Without: every segment this process created.
 
     Example:
@@ -148,10 +293,62 @@ def cleanup_segments(prefix: str | None = None) -> list[str]:
     else:
         if not prefix:
             raise ValueError("an empty prefix would remove every segment")
-        names = list_segments(prefix)
+        try:
+            names = list_segments(prefix)
+        except ShmSecurityError:
+            return []
     for n in names:
         _unlink(n)
     return names
+
+
+def sweep_dead_segments() -> list[str]:
+    """Unlink every segment of this user whose creator process is gone; returns the names.
+
+    A creator counts as gone only when it is certain: same PID namespace and either no
+    such PID or a different start time (a reused PID). Segments of live processes, and of
+    processes in other PID namespaces, are left alone. Run it at every graph start.
+
+    Example:
+        >>> isinstance(sweep_dead_segments(), list)
+        True
+
+    Raises:
+        ShmSecurityError: the segment directory is not safe to use.
+    """
+    try:
+        dfd = _open_dir(create=False)
+    except FileNotFoundError:
+        return []
+    removed = []
+    try:
+        for name in sorted(os.listdir(dfd)):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=dfd)
+            except OSError:
+                continue  # gone meanwhile, or a symlink: not a segment
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                head = os.pread(fd, _SEG_HDR.size, 0)
+            finally:
+                os.close(fd)
+            if len(head) == _SEG_HDR.size and struct.unpack_from("<I", head)[0] == _SEG_MAGIC:
+                _m, _v, pid, _z, start, ns = _SEG_HDR.unpack(head)
+                dead = not is_alive(pid, start, ns)
+            else:  # no header: left mid-create by a crash, once old enough to be sure
+                dead = time.time() - st.st_ctime > _HEADERLESS_AGE
+            if dead:
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                    removed.append(name)
+                except FileNotFoundError:
+                    pass
+    finally:
+        os.close(dfd)
+    return removed
 
 
 atexit.register(cleanup_segments)

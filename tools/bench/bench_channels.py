@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import secrets
 import statistics
 import time
 
@@ -37,12 +38,16 @@ def _tcp():
     return TcpReader, TcpWriter
 
 
+KEY = b"bench-key-" * 4  # the benchmark's graph secret (set-up proof only)
+
+
 def _echo(prefix: str, spin_us: float, tcp: bool, port_q: mp.Queue) -> None:
     if tcp:
         TcpReader, TcpWriter = _tcp()
-        w = TcpWriter.listen("127.0.0.1", 0)
+        w = TcpWriter.listen("127.0.0.1", 0, secret=KEY)
         port_q.put(w.port)
-        r = TcpReader.connect("127.0.0.1", port_q.get(), timeout=30)
+        r = TcpReader.connect("127.0.0.1", port_q.get(), reader_index=0, secret=KEY,
+                              timeout=30)
         w.accept(timeout=30)
     else:
         r = ShmRingReader.attach(prefix + "a", 0, spin_us=spin_us)
@@ -66,15 +71,16 @@ def main() -> None:
     ap.add_argument("--spin-us", type=float, default=0.0)
     ap.add_argument("--tcp", action="store_true", help="TCP over 127.0.0.1 instead of shm")
     args = ap.parse_args()
-    prefix = f"cgc-bench-{os.getpid()}-"
+    prefix = f"cgc-bench-{secrets.token_hex(8)}-"
     ctx = mp.get_context("spawn")
     port_q: mp.Queue = ctx.Queue()
     if args.tcp:
         TcpReader, TcpWriter = _tcp()
         p = ctx.Process(target=_echo, args=(prefix, args.spin_us, True, port_q))
         p.start()
-        r = TcpReader.connect("127.0.0.1", port_q.get(timeout=60), timeout=30)
-        w = TcpWriter.listen("127.0.0.1", 0)
+        r = TcpReader.connect("127.0.0.1", port_q.get(timeout=60), reader_index=0, secret=KEY,
+                              timeout=30)
+        w = TcpWriter.listen("127.0.0.1", 0, secret=KEY)
         port_q.put(w.port)
         w.accept(timeout=30)
     else:

@@ -94,6 +94,9 @@ def echo_reader(q, name_in, name_out, count):
     _report(q, run)
 
 
+KEY = b"k" * 32  # the tests' graph secret
+
+
 def tcp_reader(q, port, count):
     """Read ``count`` values over TCP; report them summarized, then the terminal error."""
     import numpy as np
@@ -101,7 +104,7 @@ def tcp_reader(q, port, count):
     from cgc.runtime.channels import TcpReader
 
     def run():
-        r = TcpReader.connect("127.0.0.1", port, timeout=20)
+        r = TcpReader.connect("127.0.0.1", port, reader_index=0, secret=KEY, timeout=20)
         out = []
         for _ in range(count):
             v = r.read(timeout=20)
@@ -158,3 +161,102 @@ def comm_rank(q, prefix, rank, world, script):
         return out
 
     _report(q, run)
+
+
+class ExplodesElsewhere:
+    """Pickles anywhere; unpickling raises in every process but the one named by ``pid``."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def __reduce__(self):
+        return (_rebuild_here_only, (self.pid,))
+
+
+def _rebuild_here_only(pid):
+    import os
+
+    if os.getpid() != pid:
+        raise RuntimeError(f"cannot be decoded outside process {pid}")
+    return ExplodesElsewhere(pid)
+
+
+def summarize(v):
+    """A picklable summary of a value read from a channel."""
+    import numpy as np
+
+    from cgc.runtime.channels import ErrorValue
+
+    if isinstance(v, ErrorValue):
+        return (v.cause, v.position, v.type_name)
+    if isinstance(v, np.ndarray):
+        return ("arr", int(v.sum()))
+    return ("val", v)
+
+
+def collect_reader(q, name, count):
+    """Read ``count`` values from ring ``name`` (reader 0); report their summaries."""
+    from cgc.runtime.channels import ShmRingReader
+
+    def run():
+        r = ShmRingReader.attach(name, 0, timeout=30)
+        try:
+            return [summarize(r.read(timeout=20)) for _ in range(count)], r.position
+        finally:
+            r.detach()
+
+    _report(q, run)
+
+
+def collect_tcp_reader(q, port, count):
+    """Read ``count`` values over TCP as reader 0; report their summaries."""
+    from cgc.runtime.channels import TcpReader
+
+    def run():
+        r = TcpReader.connect("127.0.0.1", port, reader_index=0, secret=KEY, timeout=20)
+        try:
+            return [summarize(r.read(timeout=20)) for _ in range(count)], r.position
+        finally:
+            r.close()
+
+    _report(q, run)
+
+
+def attach_and_sleep(q, name, index):
+    """Attach as reader ``index``, say so, then never read (the parent kills us)."""
+    from cgc.runtime.channels import ShmRingReader
+
+    r = ShmRingReader.attach(name, index, timeout=30)
+    q.put(("ready", r.position))
+    time.sleep(600)
+
+
+def create_and_sleep(q, name):
+    """Create ring ``name`` and never write (the parent kills us)."""
+    from cgc.runtime.channels import ShmRingWriter
+
+    ShmRingWriter.create(name, slots=2, slot_bytes=256)
+    q.put(("ready",))
+    time.sleep(600)
+
+
+def rings_then_sleep(q, prefix):
+    """Create two rings (one with a data block in use), then wait to be killed."""
+    import numpy as np
+
+    from cgc.runtime.channels import ShmRingWriter
+
+    a = ShmRingWriter.create(prefix + "a", slots=2, slot_bytes=256)
+    ShmRingWriter.create(prefix + "b", slots=2, slot_bytes=256)
+    a.write(np.ones(1 << 17))  # nobody reads: the value's data block stays
+    q.put(("ready",))
+    time.sleep(600)
+
+
+def comm_rank_then_sleep(q, prefix, rank, world):
+    """Join a CPU communicator, then wait to be killed without sending anything."""
+    from cgc.runtime.channels import CpuCommunicator
+
+    CpuCommunicator(prefix, rank, world, attach_timeout=30)
+    q.put(("ready",))
+    time.sleep(600)

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
 
+import chan_children as kids
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cgc.runtime.channels import cleanup_segments, list_segments
+from cgc.runtime.channels import (
+    ShmRingWriter,
+    cleanup_segments,
+    list_segments,
+    segment_dir,
+    sweep_dead_segments,
+)
 from cgc.runtime.channels.serial import Serializer, loads
+from cgc.runtime.channels.shm import Segment
 
 _CHILD = textwrap.dedent("""
     import os, sys, numpy as np
@@ -44,6 +55,42 @@ def test_cleanup_after_sigkill(prefix):
     assert sorted(list_segments(prefix)) == [prefix + "c", prefix + "c.d1"]
     assert sorted(cleanup_segments(prefix)) == [prefix + "c", prefix + "c.d1"]
     assert list_segments(prefix) == []
+
+
+def test_sweep_removes_what_a_killed_creator_left_and_keeps_live_segments(prefix):
+    live = ShmRingWriter.create(prefix + "live", slots=2, slot_bytes=256)
+    q = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=kids.rings_then_sleep, args=(q, prefix + "x-"))
+    p.start()
+    assert q.get(timeout=60) == ("ready",)
+    dead = [prefix + "x-a", prefix + "x-a.d1", prefix + "x-b"]
+    assert list_segments(prefix + "x-") == dead
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(60)
+    removed = sweep_dead_segments()
+    assert set(dead) <= set(removed)
+    assert list_segments(prefix) == [prefix + "live"]  # a live creator's segment stays
+    live.close()
+
+
+def test_sweep_does_not_mistake_a_reused_pid_for_the_creator(prefix):
+    s = Segment.create(prefix + "old", 64)
+    pid, start, ns = s.creator
+    # The same PID with another start time: the creator is gone, its PID now names another
+    # (live) process - this one.
+    struct.pack_into("<Q", s.mm, 16, start + 1000)
+    assert prefix + "old" in sweep_dead_segments()
+    assert list_segments(prefix) == []
+    s.close()
+
+
+def test_segments_live_in_a_private_directory(prefix):
+    s = Segment.create(prefix + "p", 64)
+    st = os.stat(segment_dir())
+    assert segment_dir() == f"/dev/shm/cgc-{os.geteuid()}"
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
+    assert os.stat(os.path.join(segment_dir(), prefix + "p")).st_mode & 0o777 == 0o600
+    s.close()
 
 
 @settings(max_examples=60, deadline=None)

