@@ -41,6 +41,7 @@ __all__ = [
     "HOST_TRANSPORTS",
     "Limits",
     "LIMITS",
+    "MAX_BUFFERED_BYTES",
 ]
 
 # ExecConfig field -> default. Why these values: a submission waits only for room (10 s is
@@ -56,6 +57,9 @@ DEFAULTS: dict[str, float | int] = {
     "default_slot_bytes": 1 << 20,
     "max_buffered_results": 1000,
 }
+
+# Results buffered for refs not fetched yet hold their shared-memory blocks: 2 GiB of them.
+MAX_BUFFERED_BYTES = 2 << 30
 
 AT_CAPACITY = {"wait": pb.AT_CAPACITY_WAIT, "raise": pb.AT_CAPACITY_RAISE}
 
@@ -134,6 +138,8 @@ class RunConfig:
         spin_us: busy-wait before a channel wait sleeps.
         slot_bytes: initial slot size of channels whose plan entry names none.
         max_buffered_results: results the driver holds for refs not fetched yet.
+        max_buffered_bytes: payload bytes of those results (large values are read
+            zero-copy, so this bounds shared memory held by unfetched results).
         communicator: ``"auto"`` (NCCL between GPUs, CUDA IPC on a shared GPU, else CPU),
             ``"cpu"`` (the CPU communicator everywhere) or ``"nccl"`` (fail without GPUs).
         host_transport: ``"auto"`` (shared memory on one node, TCP across nodes), ``"shm"``
@@ -143,15 +149,17 @@ class RunConfig:
         nvtx: NVTX ranges around every op, for Nsight Systems.
     """
 
+    # Defaults come from the one table above (a RunConfig built by hand agrees with a plan).
     capacity: int
     at_capacity: str = "wait"
-    submit_timeout: float | None = 10.0
-    get_timeout: float | None = 60.0
-    teardown_timeout: float = 10.0
-    setup_timeout: float = 120.0
-    spin_us: float = 50.0
-    slot_bytes: int = 1 << 20
-    max_buffered_results: int = 1000
+    submit_timeout: float | None = float(DEFAULTS["submit_timeout_s"])
+    get_timeout: float | None = float(DEFAULTS["get_timeout_s"])
+    teardown_timeout: float = float(DEFAULTS["teardown_timeout_s"])
+    setup_timeout: float = float(DEFAULTS["setup_timeout_s"])
+    spin_us: float = float(DEFAULTS["spin_us"])
+    slot_bytes: int = int(DEFAULTS["default_slot_bytes"])
+    max_buffered_results: int = int(DEFAULTS["max_buffered_results"])
+    max_buffered_bytes: int = MAX_BUFFERED_BYTES
     communicator: str = "auto"
     host_transport: str = "auto"
     trace: str = ""
@@ -219,6 +227,7 @@ class RunConfig:
             spin_us=spin,
             slot_bytes=int(over.get("slot_bytes", _plan_value(config, "default_slot_bytes"))),
             max_buffered_results=buffered,
+            max_buffered_bytes=int(over.get("max_buffered_bytes", MAX_BUFFERED_BYTES)),
             communicator=comm,
             host_transport=host,
             trace=str(over.get("trace", "")),

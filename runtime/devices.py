@@ -49,6 +49,9 @@ class DeviceReader:
     def read(self, timeout: float | None = None) -> Any:
         return move_to(self._inner.read(timeout), self._device)
 
+    def read_at(self, position: int, timeout: float | None = None) -> Any:
+        return move_to(self._inner.read_at(position, timeout), self._device)
+
     def __getattr__(self, name: str) -> Any:  # close, detach, poison: the inner reader's
         return getattr(self._inner, name)
 

@@ -43,7 +43,12 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import RunConfig
-from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
+from cgc.runtime.channels.errors import (
+    ChannelClosedError,
+    ChannelSequenceError,
+    ChannelTimeoutError,
+    ErrorValue,
+)
 from cgc.runtime.driver_io import DriverEndpoints, PartialSubmitError
 from cgc.runtime.errors import (
     CapacityExceededError,
@@ -76,13 +81,14 @@ def _teardown_all() -> None:
 class _Exec:
     """One execution's outputs as read so far, and its refs not fetched or dropped yet."""
 
-    __slots__ = ("vals", "missing", "error", "refs")
+    __slots__ = ("vals", "missing", "error", "refs", "nbytes")
 
     def __init__(self, n_readers: int, refs: int) -> None:
         self.vals: list[Any] = [_MISSING] * n_readers
         self.missing = n_readers
         self.error: Any = None
         self.refs = refs
+        self.nbytes = 0
 
     @property
     def done(self) -> bool:
@@ -129,6 +135,7 @@ class CompiledGraph:
         self._room = threading.Condition(self._read_lock)
         self._submitted = 0
         self._recs: dict[int, _Exec] = {}
+        self._rec_bytes = 0  # payload bytes held by the records
         self._dropped: collections.deque[int] = collections.deque()
         self._dead: set[str] = set()
         self._closing = False
@@ -280,13 +287,13 @@ class CompiledGraph:
                 self._drain_drops()
                 k = ends.slowest()
                 e = ends.positions[k]
-                if e not in self._recs and len(self._recs) >= self.config.max_buffered_results:
+                full = self._buffer_full() if e not in self._recs else ""
+                if full:
                     left = None if deadline is None else deadline - time.monotonic()
                     if (left is not None and left <= 0) or not self._room.wait(left):
                         raise SubmitTimeoutError(
                             f"graph {self.name!r}: {len(self._recs)} results are buffered "
-                            f"unread (max_buffered_results="
-                            f"{self.config.max_buffered_results}); get() or drop older refs")
+                            f"unread ({full}); get() or drop older refs")
                     continue
                 try:
                     self._read_into(k, deadline)
@@ -340,7 +347,17 @@ class CompiledGraph:
     def _retire(self, e: int, rec: _Exec) -> None:
         if rec.refs <= 0 and rec.missing == 0:
             del self._recs[e]
+            self._rec_bytes -= rec.nbytes
             self._room.notify_all()
+
+    def _buffer_full(self) -> str:
+        """Why one more buffered result would be too many ("" when there is room)."""
+        cfg = self.config
+        if len(self._recs) >= cfg.max_buffered_results:
+            return f"max_buffered_results={cfg.max_buffered_results}"
+        if self._rec_bytes >= cfg.max_buffered_bytes:
+            return f"max_buffered_bytes={cfg.max_buffered_bytes}"
+        return ""
 
     def _read_into(self, k: int, deadline: float | None) -> None:
         """Read output reader ``k``'s next value into its execution's record."""
@@ -352,6 +369,9 @@ class CompiledGraph:
             value = ends.read(k, left)
         except ChannelClosedError:
             raise self._down_error() from None
+        except ChannelSequenceError as exc:  # the channel lost track: nothing can be trusted
+            self._fail_async(GraphFailedError, f"output channel c{ends.out_channels[k]}: {exc}")
+            raise self._down_error() from None
         if t0:
             self.trace_events.append(  # type: ignore[union-attr]
                 (f"read c{ends.out_channels[k]}", e, t0, time.monotonic_ns()))
@@ -360,6 +380,9 @@ class CompiledGraph:
             rec = self._recs[e] = _Exec(len(ends.readers), self._nrefs)
         rec.vals[k] = value
         rec.missing -= 1
+        nbytes = ends.last_nbytes(k)
+        rec.nbytes += nbytes
+        self._rec_bytes += nbytes
         if rec.error is None and type(value) is ErrorValue:
             rec.error = value
         self._retire(e, rec)
@@ -373,7 +396,6 @@ class CompiledGraph:
         """
         ends = self.endpoints
         pos = ends.positions
-        limit = self.config.max_buffered_results
         while True:
             rec = self._recs.get(e)
             if rec is not None and rec.done:
@@ -381,11 +403,12 @@ class CompiledGraph:
             if self._closing:
                 raise self._down_error()
             k = next(i for i in range(len(pos)) if pos[i] <= e)
-            if pos[k] < e and pos[k] not in self._recs and len(self._recs) >= limit:
+            full = self._buffer_full() if pos[k] < e and pos[k] not in self._recs else ""
+            if full:
                 raise ResultBufferFullError(
-                    f"graph {self.name!r}: fetching execution {e} would buffer more than "
-                    f"max_buffered_results={limit} earlier results; get() or drop the refs "
-                    f"of executions {pos[k]}..{e - 1} first")
+                    f"graph {self.name!r}: fetching execution {e} would buffer more earlier "
+                    f"results than allowed ({full}); get() or drop the refs of executions "
+                    f"{pos[k]}..{e - 1} first")
             self._read_into(k, deadline)
 
     def fetch(self, ref: Ref, timeout: float | None) -> Any:

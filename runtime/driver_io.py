@@ -67,6 +67,7 @@ class DriverEndpoints:
         self._inputs: list[tuple[Callable[..., None], Callable[..., Any]]] = []
         self.readers: list[Any] = []
         self.positions: list[int] = []
+        self._base: list[int] = []  # per reader: its channel position of execution 0
 
     # ---------------------------------------------------------------- set-up
     def add_input(self, writer: Any, picker: Callable[..., Any]) -> None:
@@ -100,15 +101,24 @@ class DriverEndpoints:
             raise PartialSubmitError(exc) from exc
 
     def read(self, k: int, timeout: float | None) -> Any:
-        """The next value of output reader ``k`` (for execution ``positions[k]``).
+        """The value of execution ``positions[k]`` from output reader ``k``.
+
+        The channel is asked for exactly that execution's position, so a read that failed
+        half-way (a decode error, an interrupt after the value was consumed) gives that
+        execution an error value and never shifts a later execution's value.
 
         Raises:
             ChannelTimeoutError: nothing within ``timeout`` (the position is unchanged).
             ChannelClosedError: the channel was closed or poisoned.
+            ChannelSequenceError: the channel lost track of its values (a broken graph).
         """
-        value = self.readers[k].read(timeout)
+        value = self.readers[k].read_at(self._base[k] + self.positions[k], timeout)
         self.positions[k] += 1
         return value
+
+    def last_nbytes(self, k: int) -> int:
+        """Payload bytes of reader ``k``'s last value (for the buffered-bytes bound)."""
+        return getattr(self.readers[k], "last_nbytes", 0)
 
     def slowest(self) -> int:
         """Index of the reader furthest behind (the oldest execution not fully read)."""
@@ -123,7 +133,9 @@ class DriverEndpoints:
 
     def read_warmup(self, timeout: float) -> list[Any]:
         """Read the warm-up marker from every output (not an execution: positions stay)."""
-        return [r.read(timeout) for r in self.readers]
+        got = [r.read(timeout) for r in self.readers]
+        self._base = [r.position for r in self.readers]
+        return got
 
     # ---------------------------------------------------------------- teardown
     def poison(self) -> None:

@@ -29,9 +29,7 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import secrets
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -39,8 +37,6 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.errors import SetupError
 
 __all__ = [
-    "DEFAULT_SLOTS",
-    "DEFAULT_SLOT_BYTES",
     "new_graph_prefix",
     "new_graph_secret",
     "channel_name",
@@ -57,8 +53,6 @@ __all__ = [
     "open_communicator",
 ]
 
-DEFAULT_SLOTS = 2
-DEFAULT_SLOT_BYTES = 64 * 1024
 
 
 def new_graph_prefix() -> str:
@@ -91,10 +85,6 @@ def communicator_prefix(prefix: str, comm_id: int) -> str:
     return f"{prefix}-g{comm_id}-"
 
 
-def _slots(ch: pb.Channel) -> int:
-    return ch.slots or DEFAULT_SLOTS
-
-
 def open_writer(ch: pb.Channel, prefix: str, *, spin_us: float = 0.0,
                 default_slot_bytes: int = 0) -> Any:
     """Create the writing end of host channel ``ch`` (the segment is created here).
@@ -105,10 +95,12 @@ def open_writer(ch: pb.Channel, prefix: str, *, spin_us: float = 0.0,
     """
     from cgc.runtime.channels.ring import ShmRingWriter
 
-    slot_bytes = ch.slot_bytes or default_slot_bytes or DEFAULT_SLOT_BYTES
+    # The plan is verified before anything opens: slots >= 1; a channel without its own
+    # slot size takes the run's default (RunConfig.slot_bytes, from the plan's config).
+    slot_bytes = ch.slot_bytes or default_slot_bytes
     return ShmRingWriter.create(
         channel_name(prefix, ch.id),
-        slots=_slots(ch),
+        slots=ch.slots,
         slot_bytes=max(int(slot_bytes), 256),
         num_readers=len(ch.readers),
         spin_us=spin_us,
@@ -131,25 +123,14 @@ def open_reader(ch: pb.Channel, prefix: str, reader: str, *, spin_us: float = 0.
     )
 
 
-def _secret(secret: bytes | None, prefix: str) -> bytes:
-    if secret is not None:
-        return secret
-    # Transitional, until start() hands every endpoint the graph's secret: a key derived
-    # from the prefix authenticates nothing a prefix-holder could not forge.
-    warnings.warn("TCP channel opened without the graph secret: pass secret= (from "
-                  "new_graph_secret(), through the set-up calls)", RuntimeWarning,
-                  stacklevel=3)
-    return hashlib.sha256(b"cgc-no-secret-" + prefix.encode()).digest()
-
-
 def _node_ip() -> str:
     import ray
 
     return ray.util.get_node_ip_address()
 
 
-def open_tcp_writer(ch: pb.Channel, prefix: str, *, ip: str | None = None,
-                    secret: bytes | None = None, max_frame_bytes: int | None = None) -> Any:
+def open_tcp_writer(ch: pb.Channel, prefix: str, *, secret: bytes, ip: str | None = None,
+                    max_frame_bytes: int | None = None) -> Any:
     """Listen on ``ip`` (this node's address; default: Ray's node IP) for the readers of
     host channel ``ch``; they connect to ``.port`` and prove ``secret``.
 
@@ -159,12 +140,12 @@ def open_tcp_writer(ch: pb.Channel, prefix: str, *, ip: str | None = None,
     from cgc.runtime.channels.tcp import DEFAULT_MAX_FRAME_BYTES, TcpWriter
 
     return TcpWriter.listen(ip or _node_ip(), 0, num_readers=len(ch.readers),
-                            secret=_secret(secret, prefix), channel=channel_name(prefix, ch.id),
+                            secret=secret, channel=channel_name(prefix, ch.id),
                             max_frame_bytes=max_frame_bytes or DEFAULT_MAX_FRAME_BYTES)
 
 
 def open_tcp_reader(ch: pb.Channel, prefix: str, reader: str, addr: tuple[str, int], *,
-                    secret: bytes | None = None, timeout: float = 30.0,
+                    secret: bytes, timeout: float = 30.0,
                     max_frame_bytes: int | None = None) -> Any:
     """Connect endpoint ``reader`` of ``ch`` to its TCP writer at ``addr`` = (ip, port).
 
@@ -175,13 +156,13 @@ def open_tcp_reader(ch: pb.Channel, prefix: str, reader: str, addr: tuple[str, i
     from cgc.runtime.channels.tcp import DEFAULT_MAX_FRAME_BYTES, TcpReader
 
     return TcpReader.connect(addr[0], addr[1], reader_index=list(ch.readers).index(reader),
-                             secret=_secret(secret, prefix), channel=channel_name(prefix, ch.id),
+                             secret=secret, channel=channel_name(prefix, ch.id),
                              timeout=timeout,
                              max_frame_bytes=max_frame_bytes or DEFAULT_MAX_FRAME_BYTES)
 
 
-def open_host_writer(ch: pb.Channel, prefix: str, *, tcp: bool, ip: str | None = None,
-                     secret: bytes | None = None, spin_us: float = 0.0,
+def open_host_writer(ch: pb.Channel, prefix: str, *, tcp: bool, secret: bytes,
+                     ip: str | None = None, spin_us: float = 0.0,
                      default_slot_bytes: int = 0, max_frame_bytes: int | None = None) -> Any:
     """The writing end of host channel ``ch`` as bound at start: a TCP listener on ``ip``
     when ``tcp`` (its readers sit on other nodes), else a shared-memory ring.
@@ -196,7 +177,7 @@ def open_host_writer(ch: pb.Channel, prefix: str, *, tcp: bool, ip: str | None =
 
 
 def open_host_reader(ch: pb.Channel, prefix: str, reader: str,
-                     addr: tuple[str, int] | None, *, secret: bytes | None = None,
+                     addr: tuple[str, int] | None, *, secret: bytes,
                      spin_us: float = 0.0, timeout: float = 10.0,
                      max_frame_bytes: int | None = None) -> Any:
     """Endpoint ``reader`` of host channel ``ch``: TCP to ``addr`` when given (proving

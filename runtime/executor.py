@@ -32,6 +32,7 @@ from cgc.plan_schema.values import decode_value
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.endpoints import (
+    communicator_prefix,
     open_communicator,
     open_host_reader,
     open_host_writer,
@@ -55,7 +56,9 @@ class LoopOptions:
     """What the driver decided at start that every actor's loop needs (sent in round 1).
 
     Attributes:
-        prefix: the graph's unique name prefix (channel and communicator names).
+        prefix: the graph's unguessable name prefix (channel and communicator names).
+        secret: the graph's key for TCP channel set-up proofs (travels only in Ray's own,
+            authenticated set-up calls).
         spin_us: busy-wait before a channel wait sleeps.
         slot_bytes: initial slot size for channels whose plan entry names none.
         comm_backends: communicator id -> the backend it was bound to ("cpu", "nccl", ...).
@@ -65,6 +68,7 @@ class LoopOptions:
     """
 
     prefix: str
+    secret: bytes = b""
     spin_us: float = 0.0
     slot_bytes: int = 0
     comm_backends: dict[int, str] = field(default_factory=dict)
@@ -120,8 +124,8 @@ class ActorLoop:
         addrs = {}
         for ch in self.my_channels()[0]:
             w = self.writers[ch.id] = open_host_writer(
-                ch, self.prefix, tcp=ch.id in tcp, spin_us=self.spin_us,
-                default_slot_bytes=self.slot_bytes)
+                ch, self.prefix, tcp=ch.id in tcp, ip=ip, secret=self.opts.secret,
+                spin_us=self.spin_us, default_slot_bytes=self.slot_bytes)
             if ch.id in tcp:
                 addrs[ch.id] = (ip, w.port)
         return addrs
@@ -131,15 +135,15 @@ class ActorLoop:
         # complete from the listen backlog and no two actors wait on each other here.
         for ch in self.my_channels()[1]:
             self.readers[ch.id] = open_host_reader(ch, self.prefix, self.actor,
-                                                   addrs.get(ch.id), spin_us=self.spin_us,
-                                                   timeout=timeout)
+                                                   addrs.get(ch.id), secret=self.opts.secret,
+                                                   spin_us=self.spin_us, timeout=timeout)
         for cid, w in self.writers.items():
             if cid in addrs:
                 w.accept(timeout)
         for comm in self.plan.lowered.communicators:
             if self.actor in comm.members:
                 self.comms[comm.id] = open_communicator(
-                    self.opts.comm_backends[comm.id], f"{self.prefix}-g{comm.id}-",
+                    self.opts.comm_backends[comm.id], communicator_prefix(self.prefix, comm.id),
                     list(comm.members).index(self.actor), len(comm.members))
 
     def warm(self, timeout: float) -> None:

@@ -21,7 +21,6 @@ Example: ``graph = start_graph(plan, None)`` (what ``Plan.start()`` calls).
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from typing import Any
@@ -53,9 +52,15 @@ def comm_backends(proto: pb.Plan, drop_gpus: bool) -> dict[int, str]:
 
 
 def _tcp_channels(low: pb.Lowered, node: dict[str, str], mode: str) -> set[int]:
-    """Host channels to bind to TCP: endpoints on different nodes, or every one ("tcp")."""
-    if mode not in ("auto", "shm", "tcp"):
-        raise SetupError(f"host_transport must be 'auto', 'shm' or 'tcp', not {mode!r}")
+    """Host channels to bind to TCP: endpoints on different nodes, or every one ("tcp", or
+    a machine where the shared-memory ring is not proven correct)."""
+    from cgc.runtime.channels import ring_supported
+
+    if not ring_supported():
+        if mode == "shm":
+            raise SetupError("host_transport='shm': the shared-memory ring runs on x86_64 "
+                             "only (its ordering argument rests on x86's); use 'auto' or 'tcp'")
+        mode = "tcp"
     out = set()
     for ch in low.channels:
         if ch.kind != pb.CHAN_HOST:
@@ -115,12 +120,18 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     if notice:
         log.warning(notice)
     check_placement(proto, info.drop_gpus)
+    from cgc.runtime.channels import sweep_dead_segments
+    from cgc.runtime.endpoints import new_graph_prefix, new_graph_secret
+
+    # Segments that crashed or killed processes left behind go before anything new is made.
+    sweep_dead_segments()
     gid = uuid.uuid4().hex[:10]
-    graph = CompiledGraph(plan, gid, f"cgc-{os.getpid()}-{gid}", cfg)
+    graph = CompiledGraph(plan, gid, new_graph_prefix(), cfg)
+    secret = new_graph_secret()
     deadline = time.monotonic() + cfg.setup_timeout
     try:
         graph.actors, graph.created = make_actors(plan, info.drop_gpus, gid)
-        _setup_rounds(graph, proto, cfg, info, deadline)
+        _setup_rounds(graph, proto, cfg, info, secret, deadline)
     except BaseException as exc:
         graph.teardown()
         if isinstance(exc, CgcError):
@@ -133,7 +144,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
 
 
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: Any,
-                  deadline: float) -> None:
+                  secret: bytes, deadline: float) -> None:
     from cgc.runtime import actor_calls as ex
     from cgc.runtime.endpoints import open_host_reader, open_host_writer
     from cgc.runtime.executor import LoopOptions
@@ -142,7 +153,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     handles = graph.actors
     low = proto.lowered
     backends = comm_backends(proto, info.drop_gpus)
-    opts = LoopOptions(prefix=graph.prefix, spin_us=cfg.spin_us, slot_bytes=cfg.slot_bytes,
+    opts = LoopOptions(prefix=graph.prefix, secret=secret, spin_us=cfg.spin_us,
+                       slot_bytes=cfg.slot_bytes,
                        comm_backends=backends, trace=bool(cfg.trace),
                        torch_profile=cfg.torch_profile, nvtx=cfg.nvtx)
     plan_bytes = proto.SerializeToString()
@@ -170,8 +182,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     addrs: dict[int, tuple[str, int]] = {}
     for cid in dict.fromkeys(low.input_channels):
         ch = by_id[cid]
-        w = open_host_writer(ch, graph.prefix, tcp=cid in tcp, spin_us=cfg.spin_us,
-                             default_slot_bytes=cfg.slot_bytes)
+        w = open_host_writer(ch, graph.prefix, tcp=cid in tcp, ip=my_ip, secret=secret,
+                             spin_us=cfg.spin_us, default_slot_bytes=cfg.slot_bytes)
         if cid in tcp:
             addrs[cid] = (my_ip, w.port)
         ends.add_input(w, input_picker(proto.graph.nodes[ch.source.node]))
@@ -185,7 +197,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
         for cid in ends.out_channels:  # connect before accepting: see ActorLoop.open_readers
             ends.add_output(open_host_reader(
                 by_id[cid], graph.prefix, DRIVER, addrs[cid] if cid in tcp else None,
-                spin_us=cfg.spin_us, timeout=left))
+                secret=secret, spin_us=cfg.spin_us, timeout=left))
         for cid, w in zip(dict.fromkeys(low.input_channels), ends.writers, strict=True):
             if cid in tcp:
                 w.accept(left)

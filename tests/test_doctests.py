@@ -26,13 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SKIP = {"cgc.plan_schema.plan_pb2"}
 # Examples that fail or hang for a reason outside the example itself; each entry names the
 # bug, and goes when it is fixed.
-KNOWN_BROKEN = {
-    # TODO(lead): ShmRingReader.attach (runtime/channels/ring.py) retries a missing or
-    # half-written segment but not an empty one: Segment.create makes the file before it
-    # sizes it, so a peer thread can fail with "ValueError: cannot mmap an empty file",
-    # and the other rank then waits forever (the example passes no timeout).
-    "cgc.runtime.channels.cpu_comm": "race between Segment.create and a peer's attach",
-}
+KNOWN_BROKEN: dict[str, str] = {}  # module -> why its examples cannot run here
 
 
 def _modules() -> dict[str, Path]:

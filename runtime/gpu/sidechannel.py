@@ -166,25 +166,14 @@ class ShmSideChannels:
 
 
 def attach_ring(name: str, timeout: float, spin_us: float = 0.0) -> ShmRingReader:
-    """Attach as reader 0 of ring ``name``, waiting up to ``timeout`` s for its writer.
-
-    Why not ``ShmRingReader.attach`` alone: a reader in another process can find the
-    segment file created but not yet sized, which ``mmap`` rejects with ValueError; that
-    is one more reason to wait, not a failure.
+    """Attach as reader 0 of ring ``name``, waiting up to ``timeout`` s for its writer
+    (a segment still being created counts as not there yet).
 
     Raises:
         ChannelTimeoutError: the ring did not appear within ``timeout``.
+        ShmSecurityError: something not made by this graph holds the name.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return ShmRingReader.attach(name, 0, spin_us,
-                                        max(deadline - time.monotonic(), 0.0))
-        except ValueError:
-            if time.monotonic() >= deadline:
-                raise ChannelTimeoutError(f"channel {name} did not appear within "
-                                          f"{timeout} s") from None
-            time.sleep(0.001)
+    return ShmRingReader.attach(name, 0, spin_us, timeout)
 
 
 def shm_side_factory(prefix: str, **kw: Any) -> SideFactory:

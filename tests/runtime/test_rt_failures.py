@@ -131,7 +131,6 @@ def test_teardown_is_idempotent_and_leaves_nothing(ray_cluster):
     g.teardown()
     g.teardown()
     assert list_segments(g.prefix) == []
-    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"cgc-{os.getpid()}-")]
     assert set(_cgc_threads()) <= before
     # A result that was not read before teardown raises instead of hanging.
     try:

@@ -111,6 +111,7 @@ def test_runtime_never_imports_the_compiler(ray_address, tmp_path):
         out = {{}}
         with rt.load({str(plan)!r}).start(address={ray_address!r}, get_timeout=30) as g:
             out["value"] = g.execute("hi").get()
+        out["prefixes"] = [g.prefix]
         try:
             rt.load({str(bad)!r}).start(address={ray_address!r})
         except PlacementError as exc:
@@ -120,7 +121,7 @@ def test_runtime_never_imports_the_compiler(ray_address, tmp_path):
                                 or m.startswith(("cgc.frontend", "cgc.passes", "cgc.ir")))
         left_running = rt.load({str(plan)!r}).start(address={ray_address!r}, get_timeout=30)
         assert left_running.execute("again").get() == "again"
-        out["pid"] = __import__("os").getpid()
+        out["prefixes"].append(left_running.prefix)
         print("RESULT" + json.dumps(out))  # exits with the graph running: atexit tears down
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -132,8 +133,9 @@ def test_runtime_never_imports_the_compiler(ray_address, tmp_path):
     assert "echo" in out["placement"] and "no_such_accelerator" in out["placement"]
     assert out["modules"] == []
     assert proc.returncode == 0, proc.stderr
-    left = [n for n in os.listdir("/dev/shm") if n.startswith(f"cgc-{out['pid']}-")]
-    assert left == []
+    from cgc.runtime.channels import list_segments
+
+    assert [list_segments(p) for p in out["prefixes"]] == [[], []]
 
 
 MODEL_WITH_RESULT_CLASS = '''

@@ -51,7 +51,8 @@ def _plant(name, data, mode):
 
 
 def _channel():
-    return pb.Channel(id=3, kind=pb.CHAN_HOST, writer="a", readers=["@driver"])
+    return pb.Channel(id=3, kind=pb.CHAN_HOST, writer="a", readers=["@driver"], slots=2,
+                      slot_bytes=4096)
 
 
 def test_graph_prefixes_are_random():
