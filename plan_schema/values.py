@@ -14,7 +14,7 @@ from typing import Any
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import EXIT_INVALID_INPUT, CgcError
 
-__all__ = ["ValueEncodeError", "encode_value", "decode_value", "value_to_text"]
+__all__ = ["ValueEncodeError", "encode_value", "decode_value", "value_to_text", "DTYPE_BYTES"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -267,3 +267,22 @@ def _count_pickles(v: pb.Value) -> int:
     if kind == "map_value":
         return sum(_count_pickles(e.key) + _count_pickles(e.value) for e in v.map_value.entries)
     return 0
+
+
+# Element sizes of the tensor dtypes a plan may declare (``TensorSpec.dtype``, torch's
+# names without the ``torch.`` prefix): the compiler sizes slots from them, the frontend
+# checks declarations against them.
+DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+}

@@ -40,7 +40,7 @@ def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str,
         LOOPS[gid] = loop
     ctx = ray.get_runtime_context()
     return {"node": ctx.get_node_id(), "pid": os.getpid(),
-            "ip": ray.util.get_node_ip_address()}
+            "ip": ray.util.get_node_ip_address(), **loop.probe()}
 
 
 def _loop(gid: str) -> ActorLoop:
@@ -51,13 +51,20 @@ def _loop(gid: str) -> ActorLoop:
     return loop
 
 
-def setup_writers(self: Any, gid: str, tcp: set[int], ip: str) -> dict[int, tuple[str, int]]:
-    """Create the writing ends of this actor's host channels (``tcp``: ids bound to TCP)."""
-    return _loop(gid).open_writers(tcp, ip)
+def setup_writers(self: Any, gid: str, tcp: set[int], ip: str,
+                  transports: dict[int, str]) -> dict[str, Any]:
+    """Create the writing ends of this actor's host channels (``tcp``: ids bound to TCP);
+    as rank 0 of an NCCL-bound communicator, make its unique id.
+
+    Returns ``{"addrs": {channel: (ip, port)} of TCP writers, "nccl_ids": {comm: id}}``.
+    """
+    loop = _loop(gid)
+    loop.transports = dict(transports)
+    return {"addrs": loop.open_writers(tcp, ip), "nccl_ids": loop.make_nccl_ids()}
 
 
-def setup_start(self: Any, gid: str, timeout: float,
-                addrs: dict[int, tuple[str, int]]) -> float:
+def setup_start(self: Any, gid: str, timeout: float, addrs: dict[int, tuple[str, int]],
+                nccl_ids: dict[int, bytes] | None = None) -> float:
     """Attach readers, join communicators, warm every edge, start the loop thread.
 
     Returns the seconds spent; on failure the actor's part is closed again.
@@ -65,7 +72,7 @@ def setup_start(self: Any, gid: str, timeout: float,
     t0 = time.perf_counter()
     loop = _loop(gid)
     try:
-        loop.open_readers_and_comms(timeout, addrs)
+        loop.open_readers_and_comms(timeout, addrs, nccl_ids)
         loop.warm(timeout)
         loop.start()
     except BaseException:

@@ -5,8 +5,12 @@ names no ``num_cpus`` reserves 1 CPU to be placed). When cgc starts the local Ra
 (no address, Ray not initialized) it declares ``max(os.cpu_count(), sum of the actors' CPU
 needs)`` logical CPUs and the custom resources the plan asks for, so an 8-actor plan runs
 on a 2-core machine. Logical CPUs are only a placement count: cgc's loops sleep when idle.
-When joining a cluster (``"auto"`` or a URL) or reusing an initialized Ray, nothing is
-resized: the plan is checked against the nodes, and unplaceable actors are named.
+On a machine without GPUs it also declares as many logical GPUs as the actors ask for,
+so a GPU plan keeps its placement and runs with every communicator on the CPU one. With
+real GPUs, ``communicator="cpu"`` drops the actors' ``num_gpus``, so a plan for more GPUs
+than the cluster has still runs. When joining a cluster (``"auto"`` or a URL) or reusing
+an initialized Ray, nothing is resized: the plan is checked against the nodes, unplaceable
+actors are named, and on a cluster without GPUs ``num_gpus`` is dropped.
 
 Example::
 
@@ -33,9 +37,28 @@ class RayInfo:
     """What start-up learned about the cluster."""
 
     started_here: bool
-    has_gpus: bool
-    drop_gpus: bool  # num_gpus requests are ignored and NCCL runs on the CPU communicator
+    has_gpus: bool    # real GPUs (not the logical ones declared for a GPU-less machine)
+    drop_gpus: bool   # num_gpus requests are ignored (a joined cluster without GPUs)
     driver_node: str
+    logical_gpus: bool = False  # the local Ray declared GPUs this machine does not have
+
+
+def local_gpu_count() -> int:
+    """GPUs this process could see, without importing CUDA: NVIDIA device files, limited
+    by ``CUDA_VISIBLE_DEVICES`` when set.
+
+    Example:
+        >>> local_gpu_count() >= 0
+        True
+    """
+    import glob
+
+    found = len(glob.glob("/dev/nvidia[0-9]*"))
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is None:
+        return found
+    ids = [v for v in vis.split(",") if v.strip() and v.strip() != "-1"]
+    return min(found, len(ids))
 
 
 def actor_demand(actor: pb.Actor, drop_gpus: bool) -> dict[str, float]:
@@ -61,7 +84,7 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
     """
     import ray
 
-    started = False
+    started = logical = False
     if not ray.is_initialized():
         # Why: under `uv run`, Ray would otherwise rewrite worker commands to use uv.
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -81,6 +104,10 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
                         custom[k] = custom.get(k, 0.0) + v
             if custom:
                 kwargs["resources"] = custom
+            gpus = sum(actor_demand(a, False).get("GPU", 0.0) for a in plan.graph.actors)
+            if gpus and not local_gpu_count():
+                kwargs["num_gpus"] = int(gpus + 0.999)
+                logical = True
         else:
             kwargs["address"] = address
         try:
@@ -89,26 +116,39 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
             target = f"the Ray cluster at {address!r}" if address else "a local Ray"
             raise SetupError(f"cannot start or join {target}: {exc}") from exc
         started = address is None
-    has_gpus = ray.cluster_resources().get("GPU", 0) > 0
-    drop = communicator == "cpu" or not has_gpus
-    return RayInfo(started, has_gpus, drop, ray.get_runtime_context().get_node_id())
+    if not started and _LOGICAL.get("gpus"):
+        logical = True  # the local Ray an earlier start() of this process declared
+    declared = ray.cluster_resources().get("GPU", 0) > 0
+    if logical:
+        _LOGICAL["gpus"] = True
+    has_gpus = declared and not logical
+    # communicator="cpu" on a cluster with real GPUs runs the plan as if it had none, so a
+    # plan for more GPUs than the machine has still runs (e.g. a 2-GPU plan on one GPU).
+    drop = not declared or (has_gpus and communicator == "cpu")
+    return RayInfo(started, has_gpus, drop, ray.get_runtime_context().get_node_id(), logical)
 
 
-def gpu_notice(plan: pb.Plan, info: RayInfo) -> str | None:
-    """The one-line notice when GPU requests are dropped (None when nothing is dropped)."""
-    if not info.drop_gpus:
-        return None
+_LOGICAL: dict[str, bool] = {}  # whether this process's local Ray has logical GPUs only
+
+
+def gpu_notice(plan: pb.Plan, info: RayInfo, communicator: str = "auto") -> str | None:
+    """The one-line notice when GPU requests are dropped or GPU edges run on the CPU
+    communicator for want of GPUs (None when neither happens)."""
     gpu_actors = [a.name for a in plan.graph.actors
                   if a.options.HasField("num_gpus") and a.options.num_gpus]
     nccl = any(c.kind == pb.CHAN_NCCL for c in plan.lowered.channels) or bool(
         plan.lowered.communicators)
-    if not gpu_actors and not nccl:
+    on_cpu = nccl and (communicator == "cpu" or not info.has_gpus)
+    dropped = gpu_actors and info.drop_gpus
+    if not on_cpu and not dropped:
         return None
-    why = "no GPUs in the cluster" if not info.has_gpus else "communicator='cpu'"
+    why = ("communicator='cpu'" if communicator == "cpu" and info.has_gpus
+           else "no GPUs in the cluster" if not info.logical_gpus
+           else "no GPUs on this machine (the local Ray declares logical ones)")
     parts = []
-    if nccl:
+    if on_cpu:
         parts.append("NCCL channels and collectives run on the CPU communicator")
-    if gpu_actors:
+    if dropped:
         parts.append(f"num_gpus of {', '.join(gpu_actors)} ignored")
     return f"cgc: {why}: " + "; ".join(parts)
 

@@ -100,8 +100,9 @@ class CompiledGraph:
 
     Attributes: ``name``, ``plan`` (the ``cgc.runtime.Plan``), ``config`` (the
     ``RunConfig`` in force), ``actors`` (handles by actor name), ``channel_bindings``
-    (channel id -> how it was bound from real placement: "shm", "tcp", ...),
-    ``setup_seconds``; ``capacity``, ``submit_timeout``, ``get_timeout``,
+    (channel id -> how it was bound from real placement: "shm", "tcp", "nccl",
+    "cuda_ipc", "host_staging", "cpu"), ``comm_bindings`` (communicator id -> its
+    ``Binding``: transport and the reason), ``setup_seconds``; ``capacity``, ``submit_timeout``, ``get_timeout``,
     ``teardown_timeout`` (seconds; None = no limit) come from ``config``.
     """
 
@@ -114,6 +115,7 @@ class CompiledGraph:
         self.actors: dict[str, Any] = {}
         self.created: set[str] = set()
         self.channel_bindings: dict[int, str] = {}
+        self.comm_bindings: dict[int, Any] = {}
         self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
         self.monitor: Any = None
         self.endpoints = DriverEndpoints(plan.proto)

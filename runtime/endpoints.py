@@ -14,10 +14,10 @@ shared-memory names:
   channel; the writer listens on its node's IP (set-up round 2 reports ``(ip, port)``),
   every reader connects and proves the graph secret as its reader index; one write sends
   to all of them with per-message sequence numbers.
-- ``CHAN_NCCL`` and collectives: a ``Communicator`` per plan communicator and member, from
-  ``communicator_factory(backend)`` - the CPU communicator when GPUs are absent or
-  ``communicator="cpu"``; its rings are named under ``communicator_prefix(prefix, id)``;
-  a NCCL implementation slots in by registering a factory.
+- ``CHAN_NCCL`` and collectives: a communicator per plan communicator and member, of the
+  transport the driver bound it to (``cgc.runtime.gpu.binding``, opened by
+  ``cgc.runtime.gpu.factory.open_device_communicator``); its shared-memory rings are
+  named under ``communicator_prefix(prefix, id)``.
 
 Example::
 
@@ -30,11 +30,9 @@ Example::
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.errors import SetupError
 
 __all__ = [
     "new_graph_prefix",
@@ -48,9 +46,6 @@ __all__ = [
     "open_host_writer",
     "open_host_reader",
     "poison_channel",
-    "register_communicator",
-    "communicator_factory",
-    "open_communicator",
 ]
 
 
@@ -204,41 +199,3 @@ def poison_channel(prefix: str, cid: int) -> bool:
     from cgc.runtime.channels.ring import ShmRingWriter
 
     return ShmRingWriter.poison_by_name(channel_name(prefix, cid))
-
-
-# backend name -> factory(group_name, rank, world_size) -> communicator object
-_FACTORIES: dict[str, Callable[[str, int, int], Any]] = {}
-
-
-def register_communicator(backend: str, factory: Callable[[str, int, int], Any]) -> None:
-    """Make ``backend`` (e.g. "nccl") available to plans; ``factory(group, rank, world)``."""
-    _FACTORIES[backend] = factory
-
-
-def _cpu_factory(group: str, rank: int, world: int) -> Any:
-    from cgc.runtime.channels.cpu_comm import CpuCommunicator
-
-    return CpuCommunicator(group, rank, world)
-
-
-def communicator_factory(backend: str) -> Callable[[str, int, int], Any]:
-    """The factory for ``backend``; "cpu" is always there.
-
-    Raises:
-        SetupError: no implementation of ``backend`` in this build (e.g. real NCCL).
-    """
-    if backend == "cpu":
-        return _FACTORIES.get("cpu", _cpu_factory)
-    try:
-        return _FACTORIES[backend]
-    except KeyError:
-        raise SetupError(
-            f"no {backend!r} communicator in this cgc build; start the plan with "
-            "communicator='cpu' (or on a cluster without GPUs) to run it over the CPU "
-            "communicator"
-        ) from None
-
-
-def open_communicator(backend: str, group: str, rank: int, world: int) -> Any:
-    """Join communicator ``group`` as ``rank`` of ``world`` (blocks until all members join)."""
-    return communicator_factory(backend)(group, rank, world)

@@ -24,24 +24,42 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
-from cgc.runtime.endpoints import (
-    communicator_prefix,
-    open_communicator,
-    open_host_reader,
-    open_host_writer,
-)
+from cgc.runtime.endpoints import communicator_prefix, open_host_reader, open_host_writer
 from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
 __all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "TRACES"]
+
+
+def _no_settle(tab: dict, before: Any) -> None:
+    """After a receive that needs no stream bookkeeping."""
+
+
+def _spec_nbytes(ch: pb.Channel) -> int:
+    """Bytes of one value of ``ch``'s declared tensor (0 when the plan declares none)."""
+    if not ch.static_shape or not ch.spec.dtype or not ch.spec.shape:
+        return 0
+    from cgc.runtime.gpu.tensors import static_meta
+
+    try:
+        return static_meta(list(ch.spec.shape), ch.spec.dtype).nbytes
+    except Exception:  # noqa: BLE001 - an unknown dtype: the edge stays dynamic
+        return 0
+
+
+def _static_kwargs(ch: pb.Channel) -> dict[str, Any]:
+    """``shape``/``dtype`` for a device send/recv on a static edge, else nothing."""
+    if ch.static_shape and ch.spec.dtype and len(ch.spec.shape):
+        return {"shape": tuple(ch.spec.shape), "dtype": ch.spec.dtype}
+    return {}
 
 LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
 LOOPS_LOCK = threading.Lock()
@@ -61,7 +79,9 @@ class LoopOptions:
             authenticated set-up calls).
         spin_us: busy-wait before a channel wait sleeps.
         slot_bytes: initial slot size for channels whose plan entry names none.
-        comm_backends: communicator id -> the backend it was bound to ("cpu", "nccl", ...).
+        fake_hosts: test-only: this actor joins NCCL as a host of its own
+            (``cgc.runtime.gpu.binding.apply_fake_hosts``).
+        probe_gpu: report this actor's GPU in round 1 (False: no GPU transport possible).
         trace: record a time slice per op (``cgc.runtime.trace``).
         torch_profile: directory for a torch profiler trace of the loop ("" = off).
         nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
@@ -71,7 +91,8 @@ class LoopOptions:
     secret: bytes = b""
     spin_us: float = 0.0
     slot_bytes: int = 0
-    comm_backends: dict[int, str] = field(default_factory=dict)
+    fake_hosts: bool = False
+    probe_gpu: bool = False
     trace: bool = False
     torch_profile: str = ""
     nvtx: bool = False
@@ -92,6 +113,11 @@ class ActorLoop:
         self.writers: dict[int, Any] = {}
         self.readers: dict[int, Any] = {}
         self.comms: dict[int, Any] = {}
+        # communicator id -> "nccl" | "cuda_ipc" | "host_staging" | "cpu", bound by the
+        # driver from where the members landed (cgc.runtime.gpu.binding; set in round 2)
+        self.transports: dict[int, str] = {}
+        self.streams: Any = None  # the actor's CUDA streams once a device communicator opens
+        self._deferred: set[tuple[int, int]] = set()
         self.exec = 0
         self.pc = -1
         self.in_prologue = True
@@ -130,7 +156,40 @@ class ActorLoop:
                 addrs[ch.id] = (ip, w.port)
         return addrs
 
-    def open_readers_and_comms(self, timeout: float, addrs: dict[int, tuple[str, int]]) -> None:
+    def probe(self) -> dict[str, Any]:
+        """Round 1: what the driver needs to bind this actor's communicators.
+
+        The GPU is looked up only when a GPU transport is possible (``opts.probe_gpu``) and
+        this actor is in some communicator: importing torch and CUDA costs seconds.
+        """
+        gpu = None
+        if self.opts.probe_gpu and self.my_comms():
+            if self.opts.fake_hosts:  # before this process's first NCCL call
+                from cgc.runtime.gpu.binding import apply_fake_hosts
+
+                apply_fake_hosts(f"{self.actor}-{self.gid}")
+            from cgc.runtime.gpu.binding import probe_gpu_uuid
+
+            gpu = probe_gpu_uuid()
+        return {"gpu": gpu}
+
+    def my_comms(self) -> list[pb.Communicator]:
+        """The plan communicators this actor is a member of, in plan (id) order."""
+        return [c for c in self.plan.lowered.communicators if self.actor in c.members]
+
+    def make_nccl_ids(self) -> dict[int, bytes]:
+        """Round 2: a fresh NCCL unique id for every NCCL-bound communicator this actor is
+        rank 0 of (the driver hands them to the other members in round 3)."""
+        out = {}
+        for c in self.my_comms():
+            if self.transports.get(c.id) == "nccl" and c.members[0] == self.actor:
+                from cgc.runtime.gpu.nccl import make_unique_id
+
+                out[c.id] = make_unique_id()
+        return out
+
+    def open_readers_and_comms(self, timeout: float, addrs: dict[int, tuple[str, int]],
+                               nccl_ids: dict[int, bytes] | None = None) -> None:
         # Connect first, accept after: every writer already listens (round 2), so connects
         # complete from the listen backlog and no two actors wait on each other here.
         for ch in self.my_channels()[1]:
@@ -140,24 +199,51 @@ class ActorLoop:
         for cid, w in self.writers.items():
             if cid in addrs:
                 w.accept(timeout)
-        for comm in self.plan.lowered.communicators:
-            if self.actor in comm.members:
-                self.comms[comm.id] = open_communicator(
-                    self.opts.comm_backends[comm.id], communicator_prefix(self.prefix, comm.id),
-                    list(comm.members).index(self.actor), len(comm.members))
+        # Plan order: creating a communicator waits for all its members, and every actor
+        # goes through its communicators in ascending id, so no two wait on each other.
+        for comm in self.my_comms():
+            self.comms[comm.id] = self._open_comm(comm, timeout, (nccl_ids or {}).get(comm.id))
+
+    def _open_comm(self, comm: pb.Communicator, timeout: float, uid: bytes | None) -> Any:
+        from cgc.runtime.gpu.factory import open_device_communicator
+
+        transport = self.transports[comm.id]
+        if transport != "cpu" and self.streams is None:
+            from cgc.runtime.gpu.streams import actor_streams
+
+            # Ops the overlap pass put on the comm stream leave the compute stream's wait
+            # to the op that uses the value (deferred); otherwise the receive waits itself.
+            deferred = any(o.stream == pb.COMM_STREAM for o in self.program.ops)
+            self.streams = actor_streams(eager_wait=not deferred)
+        # CUDA IPC slots start at the largest value the plan declares for the group's edges.
+        sizes = [_spec_nbytes(ch) or ch.slot_bytes for ch in self.plan.lowered.channels
+                 if ch.kind == pb.CHAN_NCCL and ch.communicator == comm.id]
+        return open_device_communicator(
+            transport, rank=list(comm.members).index(self.actor), world_size=len(comm.members),
+            prefix=communicator_prefix(self.prefix, comm.id), streams=self.streams,
+            unique_id=uid, slot_bytes=max(sizes + [self.slot_bytes or 0, 1 << 20]),
+            init_timeout=timeout, name=f"communicator {comm.id} of {self.plan.name}")
 
     def warm(self, timeout: float) -> None:
-        """Send one PING through every edge this actor touches (see module docstring)."""
+        """Send one PING through every host edge this actor touches; warm each communicator
+        (a real transfer per device p2p pair, the execution-0 sends/receives on CPU ones)."""
         for w in self.writers.values():
             w.write(PING, timeout)
         for cid, r in self.readers.items():
             v = r.read(timeout)
             if type(v) is not Ping:
                 raise SetupError(f"{self.actor}: warm-up read {v!r} on channel {cid}")
+        from cgc.runtime.gpu.warmup import has_collectives, p2p_peers, warm_up
+
+        transports = self.transports
+        for cid in sorted(self.comms):  # device groups: plan order, see open_readers_and_comms
+            if transports[cid] != "cpu":
+                warm_up(self.comms[cid], p2p_peers(self.plan, cid, self.actor), timeout,
+                        collective=has_collectives(self.plan, cid))
         low = self.plan.lowered
         ex0 = list(self.program.prologue) + [o for o in self.program.ops if o.exec_offset == 0]
         for op in ex0:
-            if op.kind in (pb.SEND, pb.RECV):
+            if op.kind in (pb.SEND, pb.RECV) and transports[op.communicator] == "cpu":
                 comm = self.comms[op.communicator]
                 peer = list(low.communicators[op.communicator].members).index(op.peer)
                 if op.kind == pb.SEND:
@@ -194,8 +280,11 @@ class ActorLoop:
         if op.kind == pb.WRITE:
             write, key = self.writers[op.channel].write, (op.task, op.output_index)
             method = graph.nodes[op.task].method or graph.nodes[op.task].name
+            ready = self._waiter([key])
 
             def do_write() -> None:
+                if ready is not None:  # serializing reads a received tensor on compute
+                    ready(tabs[off])
                 value = tabs[off][key]
                 try:
                     write(value)
@@ -212,20 +301,96 @@ class ActorLoop:
             ch = low.channels[op.channel - 1]
             cdesc = low.communicators[op.communicator]
             comm, peer = self.comms[cdesc.id], list(cdesc.members).index(op.peer)
+            # A declared shape/dtype lets a device receiver post its receive before the
+            # header arrives (and the sender check the value against the declaration).
+            static = (_static_kwargs(ch)
+                      if self.transports[cdesc.id] != "cpu" else {})
             if op.kind == pb.SEND:
                 send, key = comm.send, (op.task, op.output_index)
 
                 def do_send() -> None:
-                    send(tabs[off][key], peer)
+                    send(tabs[off][key], peer, **static)
                 return do_send
             recv, key = comm.recv, (ch.source.node, ch.source.output_index)
+            settle = self._settler(comm, key, op)
+            if settle is _no_settle:
+                def do_recv() -> None:
+                    tabs[off][key] = recv(peer, **static)
+                return do_recv
 
-            def do_recv() -> None:
-                tabs[off][key] = recv(peer)
-            return do_recv
+            def do_recv_settled() -> None:
+                tab = tabs[off]
+                before = comm.last_event
+                tab[key] = recv(peer, **static)
+                settle(tab, before)
+            return do_recv_settled
         if op.kind == pb.COLL:
             return self._compile_coll(graph.nodes[op.task], op.communicator, off)
         raise SetupError(f"{self.actor}: unknown op kind {op.kind} in its program")
+
+    def _settler(self, comm: Any, key: tuple[int, int], op: pb.Op) -> Callable[[dict, Any], None]:
+        """What runs after a device receive or collective stored ``key``.
+
+        With deferred waits (``ActorStreams.eager_wait`` off) the received value's comm
+        event is kept beside it in the table; the first compute-stream op that uses the
+        value waits for it there (``_waiter``). An op the plan left on the compute stream
+        makes the compute stream wait at once. Host communicators move nothing on a device.
+        """
+        streams = self.streams
+        if streams is None or streams.eager_wait or not hasattr(comm, "last_event"):
+            return _no_settle
+        evkey = ("ev", *key)
+        if key in self._deferred:
+            def keep(tab: dict, before: Any) -> None:
+                ev = comm.last_event
+                if ev is not before:
+                    tab[evkey] = ev
+            return keep
+
+        def wait_now(tab: dict, before: Any) -> None:
+            ev = comm.last_event
+            if ev is not before:
+                streams.compute_after(ev)
+        return wait_now
+
+    def _find_deferred(self) -> set[tuple[int, int]]:
+        """Values received on the comm stream whose compute-stream wait is left to their
+        first user: outputs of RECV/COLL ops the plan put on ``COMM_STREAM`` when this
+        actor's streams defer waits."""
+        if self.streams is None or self.streams.eager_wait:
+            return set()
+        low, out = self.plan.lowered, set()
+        for o in list(self.program.prologue) + list(self.program.ops):
+            if o.stream != pb.COMM_STREAM or self.transports[o.communicator] == "cpu":
+                continue
+            if o.kind == pb.RECV:
+                src = low.channels[o.channel - 1].source
+                out.add((src.node, src.output_index))
+            elif o.kind == pb.COLL:
+                out.add((o.task, 0))
+        return out
+
+    def _waiter(self, keys: list[tuple[int, int]]) -> Callable[[dict], None] | None:
+        """Before a compute-stream op that uses ``keys``: wait for the deferred receives
+        among them (None when none is deferred; see ``_settler``)."""
+        evkeys = [("ev", *k) for k in keys if k in self._deferred]
+        if not evkeys:
+            return None
+        compute_after = self.streams.compute_after
+
+        def wait(tab: dict) -> None:
+            for ek in evkeys:
+                ev = tab.pop(ek, None)
+                if ev is not None:
+                    compute_after(ev)
+        return wait
+
+    def _op_of_task(self, task: int) -> pb.Op:
+        """This actor's COLL op of collective node ``task``."""
+        for o in list(self.program.prologue) + list(self.program.ops):
+            if o.kind == pb.COLL and o.task == task:
+                return o
+        raise SetupError(f"{self.actor}: no COLL op for task {task}")
 
     def _error(self, exc: BaseException, method: str, off: int) -> ErrorValue:
         tb = exc.__traceback__
@@ -245,9 +410,12 @@ class ActorLoop:
         nret = node.num_returns or 1
         outs = [(task, i) for i in range(nret)]
         ev_type = ErrorValue
+        ready = self._waiter([v for r, v in specs if r] + [v for _, r, v in kspecs if r])
 
         def do_compute() -> None:
             tab = tabs[off]
+            if ready is not None:
+                ready(tab)
             args = [tab[v] if r else v for r, v in specs]
             kwargs = {n: (tab[v] if r else v) for n, r, v in kspecs} if kspecs else {}
             err = None
@@ -293,22 +461,35 @@ class ActorLoop:
         red = _REDUCE.get(coll.reduce_op, "sum")
         kind, rank, world = coll.kind, members.index(self.actor), len(members)
         ev_type = ErrorValue
+        if self.transports[cdesc.id] != "cpu":
+            # A device communicator runs the collective natively (errors and host values
+            # are agreed on first by every member; see cgc.runtime.gpu.protocol).
+            native = {pb.ALLREDUCE: lambda x: comm.allreduce(x, red),
+                      pb.ALLGATHER: comm.allgather,
+                      pb.REDUCESCATTER: lambda x: comm.reducescatter(x, red)}[kind]
+            settle = self._settler(comm, out_key, self._op_of_task(node.id))
 
-        def run(x: Any) -> Any:
-            # Why allgather + local reduce: every member sees every contribution, so an
-            # upstream error on any member reaches all of them (the CPU communicator
-            # reduces locally in rank order too, so results stay bit-identical).
-            parts = comm.allgather(x)
-            for p in parts:
-                if type(p) is ev_type:
-                    return p
-            if kind == pb.ALLGATHER:
-                return parts
-            full = reduce_values(parts, red)
-            if kind == pb.ALLREDUCE:
-                return full
-            n = full.shape[0] // world
-            return full[rank * n:(rank + 1) * n]
+            def run(x: Any) -> Any:
+                before = getattr(comm, "last_event", None)
+                out = native(x)
+                settle(tabs[off], before)
+                return out
+        else:
+            def run(x: Any) -> Any:
+                # Why allgather + local reduce: every member sees every contribution, so an
+                # upstream error on any member reaches all of them (the CPU communicator
+                # reduces locally in rank order too, so results stay bit-identical).
+                parts = comm.allgather(x)
+                for p in parts:
+                    if type(p) is ev_type:
+                        return p
+                if kind == pb.ALLGATHER:
+                    return parts
+                full = reduce_values(parts, red)
+                if kind == pb.ALLREDUCE:
+                    return full
+                n = full.shape[0] // world
+                return full[rank * n:(rank + 1) * n]
 
         def do_coll() -> None:
             tab = tabs[off]
@@ -322,6 +503,7 @@ class ActorLoop:
 
     # ------------------------------------------------------------------ loop
     def start(self) -> None:
+        self._deferred = self._find_deferred()
         prologue = self._compile(self.program.prologue, True)
         ops = self._compile(self.program.ops, False)
         if self.opts.trace:
@@ -400,8 +582,8 @@ class ActorLoop:
             except Exception:  # noqa: BLE001 - already closed
                 pass
         for comm in list(self.comms.values()):
-            try:
-                comm.destroy()
+            try:  # abort ends a device wait at once (NCCL has no timeouts of its own)
+                getattr(comm, "abort", comm.destroy)()
             except Exception:  # noqa: BLE001
                 pass
 

@@ -22,6 +22,7 @@ from cgc.runtime.errors import ActorDiedError, GraphFailedError
 
 __all__ = ["Monitor", "POLL_S"]
 
+LATE_REASON_S = 3.0  # how long a clean exit waits for the real cause
 POLL_S = 0.5
 
 
@@ -78,6 +79,13 @@ class Monitor:
             more, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters), timeout=0.2)
             reasons = [self._classify(r) for r in dict.fromkeys(ready + more)]
             reasons.sort(key=lambda x: x[0])
+            if reasons[0][0] == 2 and self.waiters:
+                # Only clean exits so far: the loop that crashed (or the actor that died) may
+                # still be reporting on a loaded machine; its reason is the one to give.
+                late, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters),
+                                   timeout=LATE_REASON_S)
+                reasons += [self._classify(r) for r in late]
+                reasons.sort(key=lambda x: x[0])
             _, cls, msg, kw = reasons[0]
             if not self.graph.closing:
                 self.graph.fail(cls, msg, **kw)

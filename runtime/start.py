@@ -7,7 +7,11 @@ Steps (each Ray round is batched over all actors, never one blocking call per ta
 1. probe round: each actor builds its loop (methods, constants) and reports its node;
 2. writers round: each actor creates the rings it writes (the driver creates the input
    rings meanwhile);
-3. start round: each actor attaches its readers, joins its communicators, sends one PING
+   Communicators are bound to a transport from where their members landed (NCCL between
+   GPUs, CUDA IPC on a shared GPU, pinned host staging, the CPU communicator; see
+   ``cgc.runtime.gpu.binding``); rank 0 of each NCCL one makes its unique id here;
+3. start round: each actor attaches its readers, joins its communicators in plan order
+   (the NCCL ones with rank 0's id), warms every device p2p pair, sends one PING
    through every edge it writes and takes one from every edge it reads, then starts its
    loop thread; the driver writes PINGs on the input channels and reads them from the
    output channels (every edge is warmed once);
@@ -36,19 +40,27 @@ from cgc.runtime.errors import CgcError, SetupError
 from cgc.runtime.profiling import check_profiler_options
 from cgc.runtime.wire import PING, Ping
 
-__all__ = ["start_graph", "comm_backends"]
+__all__ = ["start_graph", "bind_transports"]
 
 log = logging.getLogger("cgc.runtime")
 
 
-def comm_backends(proto: pb.Plan, drop_gpus: bool) -> dict[int, str]:
-    """How each communicator of the plan is bound: communicator id -> backend.
+def bind_transports(proto: pb.Plan, probes: dict[str, dict], node: dict[str, str],
+                    choice: str, fake_hosts: bool) -> dict[int, Any]:
+    """How each communicator of the plan is bound, from where its members landed:
+    communicator id -> ``cgc.runtime.gpu.binding.Binding`` (transport and reason).
 
-    Without GPUs (or with ``communicator="cpu"``) every communicator runs on the CPU
-    communicator; otherwise the plan's backend stands.
+    Members report no GPU when the cluster has none or ``communicator="cpu"`` (then every
+    communicator runs on the CPU communicator; "nccl" fails, naming the members).
+
+    Raises:
+        SetupError: ``choice == "nccl"`` and members cannot run NCCL (named).
     """
-    return {c.id: ("cpu" if drop_gpus else c.backend or "nccl")
-            for c in proto.lowered.communicators}
+    from cgc.runtime.gpu.binding import bind_communicators
+
+    members = {c.id: [(node[m], probes[m].get("gpu")) for m in c.members]
+               for c in proto.lowered.communicators}
+    return bind_communicators(members, choice, fake_hosts)
 
 
 def _tcp_channels(low: pb.Lowered, node: dict[str, str], mode: str) -> set[int]:
@@ -116,7 +128,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     # Results may be instances of classes from the model file: make it importable here.
     register(plan_modules(proto))
     info = ensure_ray(proto, address, cfg.communicator)
-    notice = gpu_notice(proto, info)
+    notice = gpu_notice(proto, info, cfg.communicator)
     if notice:
         log.warning(notice)
     check_placement(proto, info.drop_gpus)
@@ -148,15 +160,16 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     from cgc.runtime import actor_calls as ex
     from cgc.runtime.endpoints import open_host_reader, open_host_writer
     from cgc.runtime.executor import LoopOptions
+    from cgc.runtime.gpu.binding import fake_hosts_enabled
     from cgc.runtime.monitor import Monitor
 
     handles = graph.actors
     low = proto.lowered
-    backends = comm_backends(proto, info.drop_gpus)
+    fake_hosts = fake_hosts_enabled()
     opts = LoopOptions(prefix=graph.prefix, secret=secret, spin_us=cfg.spin_us,
-                       slot_bytes=cfg.slot_bytes,
-                       comm_backends=backends, trace=bool(cfg.trace),
-                       torch_profile=cfg.torch_profile, nvtx=cfg.nvtx)
+                       slot_bytes=cfg.slot_bytes, trace=bool(cfg.trace),
+                       torch_profile=cfg.torch_profile, nvtx=cfg.nvtx, fake_hosts=fake_hosts,
+                       probe_gpu=info.has_gpus and cfg.communicator != "cpu")
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n
@@ -168,14 +181,18 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     graph.channel_bindings = {
         ch.id: ("tcp" if ch.id in tcp else "shm") for ch in low.channels if ch.kind == pb.CHAN_HOST
     }
+    binds = bind_transports(proto, probes, node, cfg.communicator, fake_hosts)
+    graph.comm_bindings = dict(binds)
+    transports = {cid: b.transport for cid, b in binds.items()}
     for ch in low.channels:
         if ch.kind == pb.CHAN_NCCL:
-            graph.channel_bindings[ch.id] = backends[ch.communicator]
+            graph.channel_bindings[ch.id] = transports[ch.communicator]
     # Round 2: writers create their rings (or TCP listeners); the driver its input ones.
     import ray
 
     my_ip = ray.util.get_node_ip_address()
-    refs = {h.__ray_call__.remote(ex.setup_writers, graph.gid, tcp, probes[n]["ip"]): n
+    refs = {h.__ray_call__.remote(ex.setup_writers, graph.gid, tcp, probes[n]["ip"],
+                                  transports): n
             for n, h in handles.items()}
     by_id = {c.id: c for c in low.channels}
     ends = graph.endpoints
@@ -187,11 +204,13 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
         if cid in tcp:
             addrs[cid] = (my_ip, w.port)
         ends.add_input(w, input_picker(proto.graph.nodes[ch.source.node]))
+    nccl_ids: dict[int, bytes] = {}
     for got in _gather(refs, deadline, "creating channels").values():
-        addrs.update(got)
+        addrs.update(got["addrs"])
+        nccl_ids.update(got["nccl_ids"])
     # Round 3: attach/connect, warm every edge, start the loops.
     left = max(1.0, deadline - time.monotonic())
-    refs = {h.__ray_call__.remote(ex.setup_start, graph.gid, left, addrs): n
+    refs = {h.__ray_call__.remote(ex.setup_start, graph.gid, left, addrs, nccl_ids): n
             for n, h in handles.items()}
     try:
         for cid in ends.out_channels:  # connect before accepting: see ActorLoop.open_readers

@@ -86,9 +86,25 @@ def _inputs(plan: Any, input_json: str | None) -> tuple[list[Any], dict[str, Any
 @click.option("--trust", is_flag=True,
               help="Run a plan that embeds code, pickles, a runtime_env or external actors "
               "although no key you trust signed it.")
+@click.option("--communicator", type=click.Choice(["auto", "cpu", "nccl"]), default=None,
+              help="How NCCL edges and collectives run: auto (NCCL between GPUs, CUDA IPC "
+              "on a shared GPU, else the CPU communicator), cpu (everywhere; GPU plans run "
+              "without GPUs), nccl (fail unless every member has a GPU of its own).")
+@click.option("--capacity", type=click.IntRange(min=1), default=None,
+              help="Executions in flight at most (may lower the plan's).")
+@click.option("--at-capacity", type=click.Choice(["wait", "raise"]), default=None,
+              help="At capacity, execute() waits (up to the submit timeout) or raises.")
+@click.option("--trace", "trace_path", default=None, metavar="FILE",
+              help="Write a Chrome/Perfetto trace of every op (open it at ui.perfetto.dev).")
+@click.option("--torch-profile", default=None, metavar="DIR",
+              help="Write one torch profiler trace per actor into DIR.")
+@click.option("--nvtx", is_flag=True, default=None,
+              help="NVTX ranges around every op, for Nsight Systems (nsys profile cgc run ...).")
 def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             input_json: str | None, as_json: bool, submit_timeout: float | None,
-            get_timeout: float | None, trust: bool) -> None:
+            get_timeout: float | None, trust: bool, communicator: str | None,
+            capacity: int | None, at_capacity: str | None, trace_path: str | None,
+            torch_profile: str | None, nvtx: bool | None) -> None:
     """Run PLAN on Ray and report latency percentiles, throughput and set-up time.
 
     A plan that would run code from the file runs only when signed by your key or a key
@@ -101,7 +117,9 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
 
     plan = load(plan_path, trust=trust)  # refuses (exit 4, with the summary) when untrusted
     args, kwargs = _inputs(plan, input_json)  # may unpickle: only after the decision
-    with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout) as graph:
+    with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout,
+                    communicator=communicator, capacity=capacity, at_capacity=at_capacity,
+                    trace=trace_path, torch_profile=torch_profile, nvtx=nvtx) as graph:
         def once() -> Any:
             r = graph.execute(*args, **kwargs)
             return [x.get() for x in r] if isinstance(r, list) else r.get()
@@ -120,7 +138,8 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         total = time.perf_counter() - t_all
         setup = graph.setup_seconds
         bound = list(graph.channel_bindings.values())
-    channels = {"shm": bound.count("shm"), "tcp": bound.count("tcp")}
+        comms = {cid: (b.transport, b.reason) for cid, b in sorted(graph.comm_bindings.items())}
+    channels = {k: bound.count(k) for k in sorted(set(bound))}
     lat.sort()
     us = {f"p{q}": round(_percentile(lat, q) * 1e6, 1) for q in (50, 90, 99)}
     thr = iters / total if total > 0 else float("inf")
@@ -128,7 +147,10 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         click.echo(json.dumps({
             "plan": plan.name, "iters": iters, "outputs": _jsonable(outputs), "latency_us": us,
             "throughput_per_s": round(thr, 1), "setup_s": round(setup, 3),
-            "host_channels": channels,
+            "host_channels": {"shm": bound.count("shm"), "tcp": bound.count("tcp")},
+            "device_channels": {k: v for k, v in channels.items() if k not in ("shm", "tcp")},
+            "communicators": {str(c): {"transport": t, "reason": r}
+                              for c, (t, r) in comms.items()},
         }))
         return
     click.echo(f"plan {plan.name}: {iters} executions (after {warmup} warm-up)")
@@ -137,5 +159,11 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
                f"p99 {us['p99']:.1f} us")
     click.echo(f"  throughput   {thr:,.0f} executions/s (one in flight)")
     click.echo(f"  set-up       {setup:.2f} s")
-    click.echo(f"  channels     {channels['shm']} shared memory, {channels['tcp']} tcp "
-               "(bound from where the actors landed)")
+    names = {"shm": "shared memory", "tcp": "tcp", "nccl": "nccl", "cuda_ipc": "cuda ipc",
+             "host_staging": "host staging", "cpu": "cpu communicator"}
+    click.echo("  channels     " + (", ".join(f"{n} {names.get(k, k)}" for k, n in channels.items())
+                                    or "none") + " (bound from where the actors landed)")
+    for cid, (transport, reason) in comms.items():
+        click.echo(f"  comm {cid:<7} {transport}: {reason}")
+    if trace_path:
+        click.echo(f"  trace        {trace_path} (open at https://ui.perfetto.dev)")

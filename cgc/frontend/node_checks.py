@@ -24,7 +24,7 @@ from cgc.frontend.actor_proto import class_ref, options_proto
 from cgc.frontend.nodes import HintSpec
 from cgc.frontend.reporter import Names
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.values import ValueEncodeError, encode_value
+from cgc.plan_schema.values import DTYPE_BYTES, ValueEncodeError, encode_value
 
 __all__ = [
     "check_method",
@@ -230,9 +230,22 @@ def hint_to_proto(
             "(node[i].with_tensor_transport(...)) or drop _direct_return",
             hint.loc,
         )
+    if (hint.shape is None) != (not hint.dtype):
+        raise rep.fail(node, "a declared tensor needs both shape= and dtype=",
+                       "pass both, e.g. shape=(8, 1024), dtype='float16'", hint.loc)
+    if hint.dtype and hint.dtype not in DTYPE_BYTES:
+        raise rep.fail(node, f"unknown tensor dtype {hint.dtype!r}",
+                       f"use one of {', '.join(sorted(DTYPE_BYTES))}", hint.loc)
+    if hint.shape is not None and not all(isinstance(x, int) and not isinstance(x, bool)
+                                          and x >= 0 for x in hint.shape):
+        raise rep.fail(node, f"tensor shape {hint.shape!r} is not a tuple of sizes >= 0",
+                       "e.g. shape=(8, 1024)", hint.loc)
     out = pb.TransportHint(
         transport=t, device=d, static_shape=hint.static_shape, direct_return=hint.direct_return
     )
+    if hint.shape is not None:
+        out.spec.shape.extend(hint.shape)
+        out.spec.dtype = hint.dtype
     out.loc.CopyFrom(loc_proto)
     return out
 

@@ -51,6 +51,8 @@ class HintSpec:
     device: Any = "default"
     static_shape: bool = False
     direct_return: bool = False
+    shape: tuple[int, ...] | None = None  # declared tensor shape (cgc's extension)
+    dtype: str = ""                       # declared dtype name, e.g. "float32"
     loc: RawLoc = field(default_factory=lambda: RawLoc("", 0, ""))
 
 
@@ -78,15 +80,22 @@ class DAGNode:
         *,
         static_shape: bool | None = None,
         direct_return: bool | None = None,
+        shape: Any = None,
+        dtype: Any = None,
     ) -> DAGNode:
         """Hint how this node's result travels to its consumers; returns the node.
 
         Same signature as Ray's ``DAGNode.with_tensor_transport``; ``static_shape`` and
-        ``direct_return`` are accepted without the underscore too.
+        ``direct_return`` are accepted without the underscore too. cgc also takes the
+        tensor's ``shape`` and ``dtype`` (a ``torch.dtype`` or its name): with
+        ``static_shape`` the value is one tensor of exactly that shape and dtype every
+        execution, so a GPU reader allocates it once and posts its receive before the
+        sender's header arrives; a value that breaks the declaration arrives as an error.
 
         Example::
 
-            y = w.fwd.bind(inp).with_tensor_transport("nccl", _static_shape=True)
+            y = w.fwd.bind(inp).with_tensor_transport("nccl", _static_shape=True,
+                                                      shape=(8, 1024), dtype="float16")
 
         Raises:
             CompileError: (when traced) the hint cannot hold, e.g. NCCL to ``device="cpu"``.
@@ -96,6 +105,8 @@ class DAGNode:
             device=device,
             static_shape=bool(_static_shape if static_shape is None else static_shape),
             direct_return=bool(_direct_return if direct_return is None else direct_return),
+            shape=None if shape is None else tuple(shape),
+            dtype="" if dtype is None else str(dtype).removeprefix("torch."),
             loc=capture_loc(),
         )
         self._set_hint(hint)

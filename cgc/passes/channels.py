@@ -21,6 +21,7 @@ from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import DEFAULTS
+from cgc.plan_schema.values import DTYPE_BYTES
 
 __all__ = ["build_channels", "pre", "post", "EXTRACTED"]
 
@@ -30,20 +31,6 @@ _DEFAULT_SLOT_BYTES = int(DEFAULTS["default_slot_bytes"])
 EXTRACTED = "taken out of the whole input"
 # (channel kind, the edge transports it carries), host first: the id order.
 _KINDS = ((pb.CHAN_HOST, (pb.HOST, pb.DEVICE_COPY)), (pb.CHAN_NCCL, (pb.NCCL,)))
-_DTYPE_BYTES = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "complex64": 8,
-    "complex128": 16,
-}
 
 
 def _slot_bytes(hint: pb.TransportHint | None, limit: int) -> int:
@@ -53,7 +40,7 @@ def _slot_bytes(hint: pb.TransportHint | None, limit: int) -> int:
     """
     if hint is None or not hint.spec.dtype or not hint.spec.shape:
         return _DEFAULT_SLOT_BYTES
-    size = _DTYPE_BYTES.get(hint.spec.dtype.replace("torch.", ""))
+    size = DTYPE_BYTES.get(hint.spec.dtype)
     if size is None or any(d < 0 for d in hint.spec.shape):
         return _DEFAULT_SLOT_BYTES
     return min(limit, max(4096, math.prod(hint.spec.shape) * size + 4096))

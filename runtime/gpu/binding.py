@@ -14,7 +14,10 @@ some have a GPU, some none                         ``host_staging``  SetupError
 no member has a GPU                                ``cpu``          SetupError
 =================================================  ===============  ======================
 
-"cpu" gives ``cpu`` everywhere. With fake hosts (``CGC_NCCL_FAKE_HOSTS=1``, tests on one
+"cpu" gives ``cpu`` everywhere. With ``CGC_TEST_DEVICE_PROTOCOL=1`` (CI: no GPU) every
+``cpu`` binding becomes ``cpu_protocol``: the device communicators' protocol (headers,
+static edges, errors as values, native collectives) over CPU tensors, so the executor's
+device paths run without a GPU. With fake hosts (``CGC_NCCL_FAKE_HOSTS=1``, tests on one
 GPU) every all-GPU communicator gets ``nccl``: each actor calls ``apply_fake_hosts(name)``
 before its first NCCL call, so NCCL sees one "host" per rank and accepts two ranks on one
 device over sockets (slow, correct). Each ``Binding`` has a one-line ``reason`` for
@@ -39,11 +42,13 @@ from cgc.plan_schema.errors import ConfigError
 from cgc.runtime.errors import SetupError
 
 __all__ = ["Binding", "TRANSPORTS", "CHOICES", "bind_communicators", "probe_gpu_uuid",
-           "fake_hosts_enabled", "fake_host_env", "apply_fake_hosts", "FAKE_HOSTS_ENV"]
+           "fake_hosts_enabled", "fake_host_env", "apply_fake_hosts", "FAKE_HOSTS_ENV",
+           "DEVICE_PROTOCOL_ON_CPU_ENV"]
 
 TRANSPORTS = ("nccl", "cuda_ipc", "host_staging", "cpu")
 CHOICES = ("auto", "cpu", "nccl")
 FAKE_HOSTS_ENV = "CGC_NCCL_FAKE_HOSTS"
+DEVICE_PROTOCOL_ON_CPU_ENV = "CGC_TEST_DEVICE_PROTOCOL"
 
 
 class Binding(NamedTuple):
@@ -117,8 +122,13 @@ def bind_communicators(comms: Mapping[int, Sequence[tuple[str, str | None]]],
     """
     if fake_hosts is None:
         fake_hosts = fake_hosts_enabled()
-    return {cid: bind_one(comms[cid], choice, fake_hosts, f"communicator {cid}")
-            for cid in sorted(comms)}
+    out = {cid: bind_one(comms[cid], choice, fake_hosts, f"communicator {cid}")
+           for cid in sorted(comms)}
+    if os.environ.get(DEVICE_PROTOCOL_ON_CPU_ENV, "") == "1":
+        out = {cid: (Binding("cpu_protocol", f"{b.reason} (test mode "
+                             f"{DEVICE_PROTOCOL_ON_CPU_ENV}=1: the device protocol on CPU)")
+                     if b.transport == "cpu" else b) for cid, b in out.items()}
+    return out
 
 
 def fake_hosts_enabled() -> bool:

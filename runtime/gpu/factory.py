@@ -23,7 +23,8 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
                              slot_bytes: int = 1 << 20, init_timeout: float = 60.0,
                              timeout: float | None = None, name: str = "") -> Any:
     """Open this member's end of a communicator bound to ``transport``
-    ("nccl" | "cuda_ipc" | "host_staging" | "cpu"; see ``binding``).
+    ("nccl" | "cuda_ipc" | "host_staging" | "cpu"; see ``binding``; "cpu_protocol" is the
+    test mode ``binding.DEVICE_PROTOCOL_ON_CPU_ENV`` turns on).
 
     Args:
         prefix: unique name prefix for this communicator's shared-memory rings.
@@ -51,6 +52,10 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
         return CudaIpcCommunicator(rank, world_size, prefix=prefix, streams=streams,
                                    slots=slots, slot_bytes=slot_bytes, timeout=timeout,
                                    name=name)
+    if transport == "cpu_protocol":  # test mode: the device protocol over CPU tensors
+        from .cpu_transport import cpu_device_communicator
+
+        return cpu_device_communicator(prefix, rank, world_size, timeout=timeout)
     if transport in ("host_staging", "cpu"):
         from cgc.runtime.channels.cpu_comm import CpuCommunicator
 
@@ -61,4 +66,4 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
 
         return HostStagingCommunicator(inner, streams, timeout=timeout)
     raise SetupError(f"unknown communicator transport {transport!r} "
-                     "(nccl, cuda_ipc, host_staging or cpu)")
+                     "(nccl, cuda_ipc, host_staging, cpu or cpu_protocol)")
