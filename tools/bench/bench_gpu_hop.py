@@ -1,7 +1,14 @@
-"""Same-GPU tensor hop through cgc's CUDA IPC communicator between two Ray actors (not a test).
+"""Same-GPU tensor hop: cgc's CUDA IPC communicator, a whole cgc graph, Ray Compiled Graph.
 
     python tools/bench/bench_gpu_hop.py [--iters 200] [--sizes 1024,1048576,67108864]
-                                        [--slots 2] [--ray-cg]
+                                        [--slots 2] [--graph] [--nccl-fake-hosts] [--ray-cg]
+
+``--graph`` times the anchor's graph (A makes a CUDA tensor, B reads 8 elements; driver
+``execute`` -> ``get``) compiled by cgc and bound at start (CUDA IPC on one GPU): the
+figure to compare with ``--ray-cg``, which runs the same graph on Ray Compiled Graph
+after cgc's graph is torn down (one system alive at a time). ``--nccl-fake-hosts`` runs
+cgc's graph once more over real NCCL with two ranks on the one GPU (the test-only
+fake-hosts mode: sockets, slow; it shows the path works, not its speed).
 
 Two actors with ``num_gpus=0.5`` share one GPU. Per iteration the writer stamps
 ``time.perf_counter()`` and sends a CUDA tensor; the reader receives it, synchronizes its
@@ -108,6 +115,58 @@ def bench_cgc(sizes: list[int], iters: int, slots: int) -> None:
             ray.kill(h)
 
 
+def _cgc_graph_classes() -> tuple[Any, Any]:
+    import torch
+
+    import cgc
+
+    @cgc.actor(num_gpus=0.5, num_cpus=0)
+    class A:
+        def __init__(self) -> None:
+            self.t: dict = {}
+
+        def mk(self, n: int) -> Any:
+            if n not in self.t:
+                self.t[n] = torch.ones(n, dtype=torch.uint8, device="cuda")
+            return self.t[n]
+
+    @cgc.actor(num_gpus=0.5, num_cpus=0)
+    class B:
+        def s(self, t: Any) -> int:
+            assert t.device.type == "cuda"
+            return int(t[:8].sum())
+
+    return A, B
+
+
+def bench_cgc_graph(sizes: list[int], iters: int, label: str = "auto") -> dict[int, float]:
+    """p50 (µs) of execute -> get per size, through a cgc graph bound at start."""
+    import cgc
+    from cgc import InputNode
+
+    A, B = _cgc_graph_classes()
+    a, b = A.bind(), B.bind()
+    with InputNode() as inp:
+        dag = b.s.bind(a.mk.bind(inp).with_tensor_transport("nccl"))
+    out: dict[int, float] = {}
+    with cgc.compile(dag, name="gpu_hop").start(get_timeout=300) as g:
+        bound = ", ".join(f"comm {c}: {x.transport} ({x.reason})"
+                          for c, x in sorted(g.comm_bindings.items()))
+        print(f"cgc graph [{label}] set-up {g.setup_seconds:.2f} s; {bound}", flush=True)
+        for n in sizes:
+            for _ in range(5):
+                assert g.execute(n).get() == 8
+            lat = []
+            for _ in range(iters):
+                t = time.perf_counter()
+                g.execute(n).get()
+                lat.append((time.perf_counter() - t) * 1e6)
+            out[n] = statistics.median(lat)
+            print(f"cgc graph [{label}] same-GPU execute->get bytes={n} p50_us={out[n]:.0f} "
+                  f"p99_us={_pct(lat, 0.99):.0f}", flush=True)
+    return out
+
+
 def bench_ray_cg(sizes: list[int], iters: int) -> None:
     import torch
     from ray.dag import InputNode
@@ -156,11 +215,25 @@ def main() -> None:
     ap.add_argument("--sizes", default="1024,1048576,67108864")
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--ray-cg", action="store_true")
+    ap.add_argument("--graph", action="store_true")
+    ap.add_argument("--nccl-fake-hosts", action="store_true")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     ray.init(include_dashboard=False, log_to_driver=True)
     try:
         bench_cgc(sizes, args.iters, args.slots)
+        if args.graph:
+            bench_cgc_graph(sizes, args.iters, "auto")
+        if args.nccl_fake_hosts:
+            import os
+
+            from cgc.runtime.gpu.binding import FAKE_HOSTS_ENV
+
+            os.environ[FAKE_HOSTS_ENV] = "1"
+            try:
+                bench_cgc_graph(sizes[:2], min(args.iters, 50), "nccl fake hosts")
+            finally:
+                del os.environ[FAKE_HOSTS_ENV]
         if args.ray_cg:
             bench_ray_cg(sizes, min(args.iters, 50))
     finally:
