@@ -97,6 +97,30 @@ def test_example_runs_with_right_outputs(ray_address, example, tmp_path):
     assert result["latency_us"]["p50"] > 0
 
 
+@pytest.mark.parametrize("example", ["allreduce", "pipeline_nccl"])
+def test_gpu_example_runs_with_communicator_cpu(ray_address, example, tmp_path):
+    """`cgc run --communicator cpu` runs a GPU plan anywhere (here, and on a machine with
+    fewer GPUs than the plan asks for) and reports how each communicator was bound."""
+    plan = tmp_path / f"{example}.cgplan"
+    cli = [sys.executable, "-m", "cgc.cli.main"]
+    compiled = subprocess.run([*cli, "compile", str(ROOT / "examples" / f"{example}.py"),
+                               "-o", str(plan)], capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    ran = subprocess.run([*cli, "run", str(plan), "--iters", "3", "--warmup", "0",
+                          "--address", ray_address, "--communicator", "cpu", "--json"],
+                         capture_output=True, text=True, timeout=180)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result = json.loads(ran.stdout)
+    assert _close(result["outputs"], EXPECTED[example]()), result["outputs"]
+    assert result["communicators"] == {"0": {"transport": "cpu",
+                                             "reason": "communicator='cpu' was requested"}}
+    text = subprocess.run([*cli, "run", str(plan), "--iters", "2", "--warmup", "0",
+                           "--address", ray_address, "--communicator", "cpu"],
+                          capture_output=True, text=True, timeout=180)
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert "comm 0       cpu: communicator='cpu' was requested" in text.stdout
+
+
 @pytest.mark.parametrize("example", sorted(EXPECTED))
 def test_example_runs_through_the_python_api(ray_cluster, example):
     import cgc
