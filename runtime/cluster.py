@@ -157,8 +157,12 @@ def _fmt(need: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(need.items())) + "}"
 
 
-def check_placement(plan: pb.Plan, drop_gpus: bool) -> None:
+def check_placement(plan: pb.Plan, drop_gpus: bool, wait_s: float = 15.0) -> None:
     """Check every actor the plan creates fits the cluster; name the ones that do not.
+
+    Resources that are only busy now (a graph torn down a moment ago: Ray returns its
+    actors' resources asynchronously) are waited for, up to ``wait_s`` seconds; actors
+    that no node could ever hold fail at once.
 
     Example: joining a CPU-only cluster with a ``num_gpus=1`` actor (and
     ``communicator="nccl"``) raises ``PlacementError: actor w0 needs {CPU: 1, GPU: 1} ...``.
@@ -166,8 +170,28 @@ def check_placement(plan: pb.Plan, drop_gpus: bool) -> None:
     Raises:
         PlacementError: one line per actor that cannot be placed, with what the nodes have.
     """
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        problems, only_busy = _placement_problems(plan, drop_gpus)
+        if not problems or not only_busy or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if problems:
+        raise PlacementError(
+            f"plan {plan.name!r}: {len(problems)} actor(s) cannot be placed:\n  "
+            + "\n  ".join(problems)
+            + "\n(free resources on the cluster, or change the actors' options and recompile)"
+        )
+
+
+def _placement_problems(plan: pb.Plan, drop_gpus: bool) -> tuple[list[str], bool]:
+    """One line per actor that does not fit now, and whether all of them only lack
+    resources that are in use (rather than absent from every node)."""
     import ray
 
+    only_busy = True
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     totals = [dict(n.get("Resources", {})) for n in nodes]
     free = dict(ray.available_resources())
@@ -183,6 +207,7 @@ def check_placement(plan: pb.Plan, drop_gpus: bool) -> None:
                 f"actor {actor.name} needs {_fmt(need)} but no node has that "
                 f"(largest node offers {_fmt(have)})"
             )
+            only_busy = False
             continue
         short = {k: free.get(k, 0.0) for k, v in need.items() if free.get(k, 0.0) < v}
         if short:
@@ -193,9 +218,4 @@ def check_placement(plan: pb.Plan, drop_gpus: bool) -> None:
             continue
         for k, v in need.items():
             free[k] = free.get(k, 0.0) - v
-    if problems:
-        raise PlacementError(
-            f"plan {plan.name!r}: {len(problems)} actor(s) cannot be placed:\n  "
-            + "\n  ".join(problems)
-            + "\n(free resources on the cluster, or change the actors' options and recompile)"
-        )
+    return problems, only_busy

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +57,31 @@ def test_unplaceable_actor_is_named(ray_cluster):
     plan = cgc.compile(dag, name="t_unplaceable")
     with pytest.raises(PlacementError, match="actor worker needs .*no_such_accelerator"):
         plan.start(address="auto")
+
+
+@cgc.actor(num_cpus=6)
+class Wide:
+    def f(self, x):
+        return x + 1
+
+
+def test_placement_waits_for_resources_being_released(ray_cluster):
+    """A graph started right after another one's actors went away: Ray hands their
+    resources back asynchronously, so start waits (bounded) instead of failing."""
+
+    @ray.remote(num_cpus=14)
+    class Holder:
+        def ping(self) -> int:
+            return 1
+
+    h = Holder.remote()
+    ray.get(h.ping.remote())
+    with InputNode() as inp:
+        dag = Wide.bind().f.bind(inp)
+    plan = cgc.compile(dag, name="wide")
+    threading.Timer(1.0, ray.kill, args=(h,)).start()
+    with plan.start(get_timeout=30) as g:
+        assert g.execute(1).get() == 2
 
 
 def test_missing_external_actor_is_clear(ray_cluster):

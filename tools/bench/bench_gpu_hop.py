@@ -33,6 +33,8 @@ from typing import Any
 
 import ray
 
+import cgc
+
 
 class Hop:
     def __init__(self) -> None:
@@ -115,37 +117,35 @@ def bench_cgc(sizes: list[int], iters: int, slots: int) -> None:
             ray.kill(h)
 
 
-def _cgc_graph_classes() -> tuple[Any, Any]:
-    import torch
+@cgc.actor(num_gpus=0.5, num_cpus=0)
+class Maker:
+    """The anchor's producer: one cached CUDA tensor per size."""
 
-    import cgc
+    def __init__(self) -> None:
+        self.t: dict = {}
 
-    @cgc.actor(num_gpus=0.5, num_cpus=0)
-    class A:
-        def __init__(self) -> None:
-            self.t: dict = {}
+    def mk(self, n: int) -> Any:
+        import torch
 
-        def mk(self, n: int) -> Any:
-            if n not in self.t:
-                self.t[n] = torch.ones(n, dtype=torch.uint8, device="cuda")
-            return self.t[n]
+        if n not in self.t:
+            self.t[n] = torch.ones(n, dtype=torch.uint8, device="cuda")
+        return self.t[n]
 
-    @cgc.actor(num_gpus=0.5, num_cpus=0)
-    class B:
-        def s(self, t: Any) -> int:
-            assert t.device.type == "cuda"
-            return int(t[:8].sum())
 
-    return A, B
+@cgc.actor(num_gpus=0.5, num_cpus=0)
+class Reader:
+    """The anchor's consumer: reads 8 elements (a host value back to the driver)."""
+
+    def s(self, t: Any) -> int:
+        assert t.device.type == "cuda"
+        return int(t[:8].sum())
 
 
 def bench_cgc_graph(sizes: list[int], iters: int, label: str = "auto") -> dict[int, float]:
     """p50 (µs) of execute -> get per size, through a cgc graph bound at start."""
-    import cgc
     from cgc import InputNode
 
-    A, B = _cgc_graph_classes()
-    a, b = A.bind(), B.bind()
+    a, b = Maker.bind(), Reader.bind()
     with InputNode() as inp:
         dag = b.s.bind(a.mk.bind(inp).with_tensor_transport("nccl"))
     out: dict[int, float] = {}
