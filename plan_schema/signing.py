@@ -118,6 +118,17 @@ def _read_checked(path: Path, forbidden: int, fix: str) -> bytes | None:
         return f.read()
 
 
+def _require_cryptography() -> None:
+    """Fail with a clear error where the optional-looking dependency is missing."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        raise KeyFileError(
+            "signing and verifying plan files needs the 'cryptography' package (a "
+            "dependency of cgc): pip install 'cryptography>=42' (or save unsigned with "
+            "--no-sign / sign=False)") from None
+
+
 def _private_from_pem(data: bytes, path: Path) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -142,6 +153,7 @@ def load_or_create_key(directory: Path | None = None) -> Any:
     Raises:
         KeyFileError: the file is malformed, not Ed25519, or open to other users.
     """
+    _require_cryptography()
     d = directory or config_dir()
     _ensure_dir(d)
     path = d / KEY_FILE
@@ -317,7 +329,12 @@ def sign(key: Any, message: bytes) -> bytes:
 
 
 def verify(public: bytes, signature: bytes, message: bytes) -> bool:
-    """Whether ``signature`` is ``public``'s valid signature of ``message``."""
+    """Whether ``signature`` is ``public``'s valid signature of ``message``.
+
+    Raises:
+        KeyFileError: the ``cryptography`` package is not installed.
+    """
+    _require_cryptography()
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
