@@ -632,6 +632,7 @@ class ActorLoop:
         elif op.kind == pb.COMPUTE:
             doing = f"the method {self.plan.graph.nodes[op.task].method} to return"
         else:
-            doing = f"the other members of the collective (seq {op.seq})"
+            doing = (f"the other members of the collective on communicator "
+                     f"{op.communicator} (seq {op.seq})")
         row["waiting"] = doing
         return row

@@ -117,7 +117,10 @@ def write_chrome_trace(path: str | os.PathLike[str], plan: pb.Plan,
                                "ts": start, "dur": max(end - start, 0.001),
                                "args": {"execution": e, "op": i}})
                 if op.kind in (pb.WRITE, pb.SEND):
-                    writes[(op.channel, e)] = (pid, tid, end)
+                    # The arrow leaves at the write's start: its end is stamped after the
+                    # value is published, and a preempted writer may stamp it after the
+                    # reader already returned (an arrow pointing back in time).
+                    writes[(op.channel, e)] = (pid, tid, start)
                 elif op.kind in (pb.READ, pb.RECV):
                     # The value arrived when the read returned: the arrow ends inside the
                     # slice, just before its end (a read may wait long before it).
@@ -133,16 +136,16 @@ def write_chrome_trace(path: str | os.PathLike[str], plan: pb.Plan,
             reads.append((cid, e, 0, 0, max(start, us(t1) - 0.001)))
         elif what == "submit":
             for c in plan.lowered.input_channels:
-                writes[(c, e)] = (0, 0, us(t1))
+                writes[(c, e)] = (0, 0, start)
     flow = 0
     for cid, e, pid, tid, start in sorted(reads):
         src = writes.get((cid, e))
         if src is None:
             continue
         flow += 1
-        spid, stid, end = src
+        spid, stid, sent = src
         events.append({"ph": "s", "id": flow, "name": f"c{cid}", "cat": "channel",
-                       "pid": spid, "tid": stid, "ts": end})
+                       "pid": spid, "tid": stid, "ts": sent})
         events.append({"ph": "f", "bp": "e", "id": flow, "name": f"c{cid}", "cat": "channel",
                        "pid": pid, "tid": tid, "ts": start})
     with open(path, "w") as f:

@@ -66,3 +66,48 @@ def test_profilers_that_cannot_be_combined_are_refused(ray_cluster, tmp_path):
 
     with pytest.raises(ConfigError, match="cannot be combined"):
         G.echo_plan().start(torch_profile=tmp_path, nvtx=True)
+
+
+def test_cgc_run_trace_of_a_gpu_example_shows_sends_receives_and_their_arrows(
+        ray_address, tmp_path):
+    """`cgc run --trace` of an NCCL-scheduled example (on the CPU communicator here): SEND
+    and RECV slices on the actors' tracks, each RECV joined to its SEND by an arrow."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    plan, trace = tmp_path / "p.cgplan", tmp_path / "run.json"
+    cli = [sys.executable, "-m", "cgc.cli.main"]
+    done = subprocess.run([*cli, "compile", str(root / "examples" / "pipeline_nccl.py"),
+                           "-o", str(plan)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ran = subprocess.run([*cli, "run", str(plan), "--iters", "3", "--warmup", "0",
+                          "--address", ray_address, "--communicator", "cpu",
+                          "--trace", str(trace)], capture_output=True, text=True, timeout=180)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    events = _load(trace)
+    kinds = {e["cat"] for e in events if e["ph"] == "X"}
+    assert {"SEND", "RECV", "COMPUTE"} <= kinds
+    sends = {(e["pid"], e["args"]["execution"]) for e in events
+             if e["ph"] == "X" and e["cat"] == "SEND"}
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    from_sends = [fid for fid, s in starts.items()
+                  if any(s["pid"] == pid for pid, _ in sends) and s["pid"] != ends[fid]["pid"]]
+    assert from_sends, "no arrow joins a SEND to its RECV"
+    for fid in from_sends:
+        assert ends[fid]["ts"] >= starts[fid]["ts"] - 1e3
+
+
+def test_nvtx_without_the_package_is_a_clear_error(ray_cluster):
+    import importlib.util
+
+    import pytest
+
+    from cgc.runtime.errors import SetupError
+
+    if importlib.util.find_spec("nvtx") is not None:
+        pytest.skip("nvtx is installed here (tests/gpu/test_gpu_nvtx.py runs it)")
+    with pytest.raises(SetupError, match="pip install"):
+        G.echo_plan().start(nvtx=True, get_timeout=30)
