@@ -78,3 +78,37 @@ def test_the_run_configuration_overrides_only_within_the_plan(ray_cluster):
     plan = G.slow_plan()
     with pytest.raises(ConfigError, match="capacity"):
         plan.start(capacity=plan.proto.config.capacity + 1)
+
+
+def test_a_collective_moved_to_another_stored_communicator_runs_there(ray_cluster, tmp_path):
+    """A plan file whose collectives name a second communicator (same members, same rank
+    order): the runtime opens and binds it and runs the collective on it, with the same
+    results as the plan as compiled."""
+    from cgc.plan_schema.values import decode_value
+    from cgc.runtime import load
+
+    compiled = cgc.compile_file(ROOT / "examples" / "allreduce.py")
+    args = [decode_value(v) for v in compiled.proto.example_args]
+    with compiled.start(get_timeout=60) as g:
+        want = [r.get() for r in g.execute(*args)]
+
+    def elsewhere(p: pb.Plan) -> None:
+        members = list(p.lowered.communicators[0].members)
+        p.lowered.communicators.add(id=1, backend="nccl", members=members)
+        for prog in p.lowered.programs:
+            for op in prog.ops:
+                if op.kind == pb.COLL:
+                    op.communicator = 1
+
+    path = tmp_path / "moved.cgplan"
+    _changed(compiled, elsewhere).save(path, sign=False)
+    trace = tmp_path / "run.json"
+    with load(path, trust=True).start(get_timeout=60, trace=trace) as g:
+        assert 1 in g.comm_bindings
+        got = [r.get() for r in g.execute(*args)]
+    assert got == want
+    import json
+
+    names = [e["name"] for e in json.loads(trace.read_text())["traceEvents"]
+             if e["ph"] == "X" and e.get("cat") == "COLL"]
+    assert names and all("@g1" in n for n in names)
