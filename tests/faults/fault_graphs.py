@@ -53,6 +53,61 @@ class Stage:
     def total(self, g):
         return float(g.sum())
 
+    def gift(self, x):
+        """``x`` for x >= 0; for x < 0 a value that cannot be decoded in the driver (whose
+        PID the actor was built with): the actor pickles it fine, the driver cannot."""
+        if x < 0:
+            return DriverCannotDecode(self.k, x)
+        return np.full(3, x) if x % 2 else x
+
+    def echo(self, x):
+        return x
+
+
+class DriverCannotDecode:
+    """Pickles anywhere; unpickling raises only in process ``driver_pid`` (the driver)."""
+
+    def __init__(self, driver_pid: int, x: int) -> None:
+        self.driver_pid, self.x = driver_pid, x
+
+    def __reduce__(self):
+        return (_ByValue(), (self.driver_pid, self.x))
+
+
+class _ByValue:
+    """Unpickles to ``_rebuild_outside`` carried by value: actors cannot import this module
+    (their classes travel by value), so the function must travel the same way."""
+
+    def __call__(self, driver_pid: int, x: int) -> DriverCannotDecode:
+        return _rebuild_outside(driver_pid, x)
+
+    def __reduce__(self):
+        from ray import cloudpickle
+
+        return (cloudpickle.loads, (cloudpickle.dumps(_rebuild_outside),))
+
+
+def _rebuild_outside(driver_pid: int, x: int) -> DriverCannotDecode:
+    if os.getpid() == driver_pid:
+        raise RuntimeError(f"value {x} cannot be decoded in the driver")
+    return DriverCannotDecode(driver_pid, x)
+
+
+def gifts(name: str = "f_gift"):
+    """One actor whose results for negative inputs cannot be decoded in this (driver)
+    process; the ``k`` of the Stage is this process's PID."""
+    s = Stage.bind(os.getpid())
+    with InputNode() as inp:
+        dag = s.gift.bind(inp)
+    return cgc.compile(dag, name=name)
+
+
+def echo(name: str = "f_echo"):
+    s = Stage.bind()
+    with InputNode() as inp:
+        dag = s.echo.bind(inp)
+    return cgc.compile(dag, name=name)
+
 
 def chain(n: int = 3, fail_at: int | None = None, fail_on: int = -1, name: str = "f_chain"):
     """``n`` stages in a row; stage ``fail_at`` raises ``Boom`` on input ``fail_on``."""
