@@ -29,7 +29,7 @@ class Stage:
         if isinstance(x, float):
             time.sleep(x)
             return x
-        if x == self.fail_on:
+        if isinstance(x, int) and x == self.fail_on:
             raise Boom(f"stage k={self.k} fails on {x}")
         return x + self.k
 

@@ -3,13 +3,20 @@ SIGKILL. Each case has a generous time bound and checks that nothing is left."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import fault_graphs as F
 import numpy as np
 import pytest
+from leaks import alive, wait_until
 
 from cgc.runtime import RemoteError
+from cgc.runtime.channels import list_segments
 
 
 def test_decode_failure_in_the_driver_then_every_later_value_is_right(ray_cluster,
@@ -44,3 +51,23 @@ def test_decode_failure_in_the_driver_then_every_later_value_is_right(ray_cluste
             else:
                 assert np.array_equal(g.execute(x).get(), np.full(3, x) if x % 2 else x)
     leaves_nothing(g)
+
+
+def test_sigkill_of_the_driver_leaves_no_segment(ray_address, tmp_path):
+    plan = tmp_path / "chain.cgplan"
+    F.chain(3, name="f_driver_kill").save(plan)
+    script = os.path.join(os.path.dirname(__file__), "driver_killed.py")
+    proc = subprocess.run([sys.executable, script, str(plan), ray_address],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    killed = time.monotonic()
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    out = json.loads(line[len("RESULT"):])
+    assert out["segments"] >= 5  # 4 rings and at least one data block existed
+    # No later start() and no sweep here: the dead driver's janitor removes them.
+    assert wait_until(lambda: list_segments(out["prefix"]) == [], 20), \
+        list_segments(out["prefix"])
+    assert wait_until(lambda: not any(alive(p) for p in out["pids"]), 30), "actors left"
+    assert wait_until(lambda: not alive(out["janitor"]), 10), "the janitor stayed"
+    assert list_segments(out["prefix"]) == []
+    assert time.monotonic() - killed < 40
