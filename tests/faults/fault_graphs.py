@@ -141,3 +141,39 @@ def collective():
         reduced = allreduce.bind(grads, op=ReduceOp.SUM)
         dag = MultiOutputNode([w.total.bind(g) for w, g in zip(ws, reduced, strict=True)])
     return cgc.compile(dag, name="f_coll")
+
+
+@cgc.actor
+class Jitter:
+    """``work((i, arr))`` sleeps a pseudo-random 0-15 ms (a delay injected per execution and
+    stage) and returns ``(i, arr * k)``; ``join`` checks both branches carry the same
+    execution before combining them."""
+
+    def __init__(self, seed: int, k: int = 1) -> None:
+        self.seed, self.k = seed, k
+
+    def _delay(self, i: int) -> None:
+        import random
+
+        time.sleep(random.Random(self.seed * 100_003 + i).uniform(0.0, 0.015))
+
+    def work(self, x):
+        i, arr = x
+        self._delay(i)
+        return i, arr * self.k
+
+    def join(self, a, b):
+        self._delay(a[0])
+        if a[0] != b[0]:
+            raise Boom(f"branches disagree: execution {a[0]} met execution {b[0]}")
+        return a[0], a[1] + b[1]
+
+
+def jittery_diamond():
+    """src -> (left, right) -> join, each stage with its own injected delays, so the two
+    branches finish each execution in a different order."""
+    src, left, right, join = Jitter.bind(1), Jitter.bind(2, 2), Jitter.bind(3, 3), Jitter.bind(4)
+    with InputNode() as inp:
+        s = src.work.bind(inp)
+        dag = join.join.bind(left.work.bind(s), right.work.bind(s))
+    return cgc.compile(dag, name="f_jitter", capacity=4)
