@@ -55,7 +55,9 @@ class Stage:
 
     def gift(self, x):
         """``x`` for x >= 0; for x < 0 a value that cannot be decoded in the driver (whose
-        PID the actor was built with): the actor pickles it fine, the driver cannot."""
+        PID the actor was built with): the actor pickles it fine, the driver cannot (for
+        -99 the first decoding raises KeyboardInterrupt, as a Ctrl-C at that moment would,
+        and a second one succeeds)."""
         if x < 0:
             return DriverCannotDecode(self.k, x)
         return np.full(3, x) if x % 2 else x
@@ -89,6 +91,11 @@ class _ByValue:
 
 def _rebuild_outside(driver_pid: int, x: int) -> DriverCannotDecode:
     if os.getpid() == driver_pid:
+        if x == -99:  # a Ctrl-C while the driver decodes: once, as a real one would come
+            if os.environ.get("CGC_FAULTS_INTERRUPTED") != str(driver_pid):
+                os.environ["CGC_FAULTS_INTERRUPTED"] = str(driver_pid)
+                raise KeyboardInterrupt(f"interrupted while decoding value {x}")
+            return DriverCannotDecode(driver_pid, x)
         raise RuntimeError(f"value {x} cannot be decoded in the driver")
     return DriverCannotDecode(driver_pid, x)
 

@@ -67,11 +67,13 @@ def main() -> None:
         pos = rng.randrange(3)
         t0 = time.perf_counter()
         os.kill(pids[pos], signal.SIGKILL)
+        took = -1.0
         try:
             pending.get()
             hangs += 1
         except ActorDiedError:
-            times.append(time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            times.append(took)
         except Exception as exc:  # noqa: BLE001 - a timeout or a wrong error counts as a hang
             print(f"round {k}: {type(exc).__name__}: {exc}")
             hangs += 1
@@ -83,8 +85,7 @@ def main() -> None:
         if list_segments(g.prefix) or any(_alive(p) for p in pids) or \
                 any(n.startswith("cgc-") for n in threads):
             leftovers += 1
-        print(f"round {k}: killed stage{pos}, error after {times[-1] if times else -1:.3f} s",
-              flush=True)
+        print(f"round {k}: killed stage{pos}, error after {took:.3f} s", flush=True)
     ray.shutdown()
     print()
     print("| kills | hangs | rounds with leftovers | time to ActorDiedError p50 / max |")
