@@ -113,7 +113,7 @@ def echo(name: str = "f_echo"):
     s = Stage.bind()
     with InputNode() as inp:
         dag = s.echo.bind(inp)
-    return cgc.compile(dag, name=name)
+    return cgc.compile(dag, name=name, capacity=4)
 
 
 def chain(n: int = 3, fail_at: int | None = None, fail_on: int = -1, name: str = "f_chain"):
