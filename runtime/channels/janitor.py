@@ -16,6 +16,10 @@ actor of those graphs still runs (a dying actor may still create a data block), 
 ``WAIT_S``, and exits. Unlinking is safe at that point: the graph ended with its driver,
 and processes that still map a segment keep their mapping (only the name goes).
 
+Limits: a child the driver forks without exec (multiprocessing's "fork") holds the pipe
+too, so the janitor acts once that child has ended as well. The script imports only the
+standard library and ``procs`` (its folder is its first ``sys.path`` entry).
+
 Cost: one process per driver (started in the background, ~15 ms of CPU with ``-S``: it
 imports only ``os``, ``sys``, ``time`` and ``procs``), one pipe, one line per start and
 teardown; it sleeps in ``read`` for the driver's whole life. A driver that exits normally
@@ -44,29 +48,41 @@ _POLL_S = 0.2
 
 _proc: subprocess.Popen | None = None
 _owner = 0  # the PID that started _proc (a forked child starts its own)
+_watched: dict[str, str] = {}  # prefix -> its "graph" line, re-sent to a restarted janitor
 _lock = threading.Lock()
 
 
 # ------------------------------------------------------------------ driver side
+def _forked() -> None:
+    """In a child forked from a driver: forget the parent's janitor and graphs (the child
+    starts its own janitor for its own graphs). Called with ``_lock`` held."""
+    global _proc, _owner
+    if _owner and _owner != os.getpid():
+        _proc, _owner = None, 0
+        _watched.clear()
+
+
 def _send(line: str) -> None:
     """Start the janitor if needed and send it ``line``; never raises (the sweep at every
-    start stays the fallback)."""
+    start stays the fallback). Called with ``_lock`` held."""
     global _proc, _owner
-    with _lock:
-        try:
-            if _proc is None or _owner != os.getpid() or _proc.poll() is not None:
-                from .shm import segment_dir
+    try:
+        if _proc is None or _owner != os.getpid() or _proc.poll() is not None:
+            from .shm import segment_dir
 
-                _proc = subprocess.Popen(
-                    [sys.executable, "-S", "-E", os.path.abspath(__file__), segment_dir()],
-                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-                _owner = os.getpid()
-            assert _proc.stdin is not None
-            _proc.stdin.write((line + "\n").encode())
-            _proc.stdin.flush()
-        except (OSError, ValueError):
-            pass  # no janitor here: the sweep at every start still removes what it leaves
+            _proc = subprocess.Popen(
+                [sys.executable, "-S", "-E", os.path.abspath(__file__), segment_dir()],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            _owner = os.getpid()
+            # A janitor that died (killed by hand?) is replaced; the new one learns every
+            # graph still running (a line twice is harmless: the janitor keeps the last).
+            line = "\n".join([*_watched.values(), line])
+        assert _proc.stdin is not None
+        _proc.stdin.write((line + "\n").encode())
+        _proc.stdin.flush()
+    except (OSError, ValueError):
+        pass  # no janitor here: the sweep at every start still removes what it leaves
 
 
 def watch(prefix: str, pids: Iterable[int]) -> None:
@@ -75,13 +91,19 @@ def watch(prefix: str, pids: Iterable[int]) -> None:
 
     Example: ``watch(graph.prefix, [4242])``.
     """
-    _send(" ".join(["graph", prefix, *(str(int(p)) for p in pids)]))
+    line = " ".join(["graph", prefix, *(str(int(p)) for p in pids)])
+    with _lock:
+        _forked()
+        _watched[prefix] = line
+        _send(line)
 
 
 def forget(prefix: str) -> None:
     """Graph ``prefix`` was torn down (its segments are gone): nothing to do for it."""
-    if _proc is not None and _owner == os.getpid():
-        _send(f"done {prefix}")
+    with _lock:
+        _forked()
+        if _watched.pop(prefix, None) is not None:
+            _send(f"done {prefix}")
 
 
 def janitor_pid() -> int | None:
