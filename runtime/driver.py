@@ -385,9 +385,28 @@ class CompiledGraph:
         nbytes = ends.last_nbytes(k)
         rec.nbytes += nbytes
         self._rec_bytes += nbytes
-        if rec.error is None and type(value) is ErrorValue:
-            rec.error = value
+        if type(value) is ErrorValue:
+            if value.exec_index < 0:  # made by the channel here (decode, lost): say whose
+                value = self._own_error(k, e, value)
+                rec.vals[k] = value
+            if rec.error is None:
+                rec.error = value
         self._retire(e, rec)
+
+    def _own_error(self, k: int, e: int, ev: ErrorValue) -> ErrorValue:
+        """``ev`` (an error the driver's channel made for value ``e`` of reader ``k``: it could
+        not be decoded here, or an interrupted read lost it) naming the graph, the execution,
+        the actor and the method whose result it stands for."""
+        node, actor, method = self.endpoints.producers[k]
+        what = "could not be decoded in the driver" if ev.cause == "decode" else \
+            "was lost by an interrupted read in the driver"
+        detail = ev.message.split(" could not be decoded here: ", 1)[-1] \
+            if ev.cause == "decode" else ev.message
+        return ErrorValue(
+            None, ev.type_name,
+            f"graph {self.name!r}: the result of {node} (actor {actor!r}) for execution {e} "
+            f"{what} (output channel c{self.endpoints.out_channels[k]}): {detail}",
+            ev.traceback_text, actor=actor, method=method, exec_index=e, extra=ev.extra)
 
     def _complete(self, e: int, deadline: float | None) -> _Exec:
         """Read until execution ``e`` is complete (all outputs, or an error). Read lock held.

@@ -66,6 +66,16 @@ class DriverEndpoints:
         self.writers: list[Any] = []
         self._inputs: list[tuple[Callable[..., None], Callable[..., Any]]] = []
         self.readers: list[Any] = []
+        # per reader: (node name, actor, method) of the call whose value it carries, so an
+        # error made by the channel itself (decode, lost) can name them.
+        by_id = {ch.id: ch for ch in low.channels}
+        nodes = plan.graph.nodes
+        self.producers: list[tuple[str, str, str]] = []
+        for c in self.out_channels:
+            ch = by_id.get(c)
+            n = nodes[ch.source.node] if ch is not None and ch.source.node < len(nodes) else None
+            self.producers.append((n.name, n.actor, n.method) if n is not None else
+                                  (f"channel c{c}", "", ""))
         self.positions: list[int] = []
         self._base: list[int] = []  # per reader: its channel position of execution 0
 

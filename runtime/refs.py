@@ -36,7 +36,12 @@ class Ref:
         self._done = False
 
     def get(self, timeout: float | None = None) -> Any:
-        """Wait for the value and return it (``timeout`` None: the graph's get timeout).
+        """Wait for the value and return it.
+
+        ``timeout`` in seconds; None takes the graph's get timeout, which is finite unless
+        asked otherwise: the plan's ``get_timeout_s`` (60 s by default,
+        ``cgc.plan_schema.defaults.DEFAULTS``), overridden by ``start(get_timeout=...)``
+        (0 there means no limit).
 
         Example: ``graph.execute(1).get(timeout=2.0)``.
 

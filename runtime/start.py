@@ -158,6 +158,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: Any,
                   secret: bytes, deadline: float) -> None:
     from cgc.runtime import actor_calls as ex
+    from cgc.runtime.channels import janitor
     from cgc.runtime.endpoints import open_host_reader, open_host_writer
     from cgc.runtime.executor import LoopOptions
     from cgc.runtime.gpu.binding import fake_hosts_enabled
@@ -176,6 +177,10 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
                       for n, h in handles.items()}, deadline, "starting the actors")
     node = {n: p["node"] for n, p in probes.items()}
     node[DRIVER] = info.driver_node
+    # Before any segment exists: should this driver die (even by SIGKILL), its janitor
+    # removes the graph's segments once these actors are gone too.
+    janitor.watch(graph.prefix, sorted(p["pid"] for n, p in probes.items()
+                                       if p["node"] == info.driver_node))
     graph.actor_nodes = node
     tcp = _tcp_channels(low, node, cfg.host_transport)
     graph.channel_bindings = {

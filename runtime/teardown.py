@@ -42,9 +42,11 @@ def teardown_graph(g: Any) -> None:
         _stop_everything(g)
     finally:
         try:
+            from cgc.runtime.channels import janitor
             from cgc.runtime.channels.shm import cleanup_segments
 
             cleanup_segments(g.prefix)
+            janitor.forget(g.prefix)
         except Exception:  # noqa: BLE001
             pass
         g.shutdown_pool()

@@ -6,7 +6,12 @@ recomputed, so the damage reaches the parser and the checks), then read, dumped
 exception that is not a ``CgcError`` (an ``IndexError``, a ``KeyError``, a protobuf
 ``ValueError``) fails the test with the seed and the mutation to replay it.
 
-Bounded: a fixed number of cases per plan, a few seconds in all.
+A second pass feeds a smaller sample of the same kinds of damage to the commands as a user
+runs them (``cgc inspect``, ``inspect --json``, ``check``, ``viz`` in its ascii, schedule and
+file forms, through ``cgc.cli.main``) and to ``cgc.load``: each must answer with a typed
+error and its exit code, never "internal error" or a traceback.
+
+Bounded: a fixed number of cases per plan, about ten seconds in all.
 """
 
 from __future__ import annotations
@@ -190,3 +195,64 @@ def _flip(data: bytes, i: int, bit: int) -> bytes:
     out = bytearray(data)
     out[len(out) - 1 - i % len(out)] ^= bit
     return bytes(out)
+
+
+# ---------------------------------------------------------------- the same through the CLI
+
+CLI_SEMANTIC, CLI_FLIPS, CLI_CUTS = 40, 6, 6
+_COMMANDS = (["inspect"], ["inspect", "--json"], ["check"], ["viz", "--ascii"],
+             ["viz", "--schedule", "--ascii"], ["viz", "-o", "{out}"])
+
+
+def _cli_and_load(data: bytes, folder, capsys) -> list[str]:
+    """Run ``cgc inspect / check / viz`` and ``cgc.load`` on ``data`` as a user would; return
+    what went wrong (a crash, "internal error", a traceback, an exit code no command uses)."""
+    from cgc.cli.main import main
+
+    path = folder / "fuzz.cgplan"
+    path.write_bytes(data)
+    bad = []
+    for cmd in _COMMANDS:
+        argv = [c.format(out=folder / "fuzz.dot") for c in cmd]
+        try:
+            rc = main([argv[0], str(path), *argv[1:]])
+        except BaseException as exc:  # noqa: BLE001 - main() must turn everything into a code
+            bad.append(f"cgc {' '.join(cmd)}: raised {type(exc).__name__}: {exc}")
+            continue
+        err = capsys.readouterr().err
+        if "internal error" in err or "Traceback" in err or rc not in (0, 2, 4, 5):
+            bad.append(f"cgc {' '.join(cmd)}: exit {rc}: {err.strip()[-300:]}")
+    for trust in (False, True):
+        try:
+            cgc.load(path, trust=trust)
+        except CgcError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the point of the test
+            bad.append(f"cgc.load(trust={trust}): {type(exc).__name__}: {exc}")
+    return bad
+
+
+@pytest.mark.parametrize("index", range(len(SHAPES) + len(EXAMPLES)))
+def test_mutated_plans_give_only_typed_errors_from_every_command(plans, index, tmp_path,
+                                                                 capsys):
+    label = sorted(plans)[index]
+    base = plans[label]
+    rnd = random.Random(f"{SEED}:cli:{label}")
+    good = write_plan_bytes(base)
+    cases: list[tuple[str, bytes]] = [("unchanged", good)]
+    cases += [(f"truncated at {c}", good[:c])
+              for c in (rnd.randrange(len(good)) for _ in range(CLI_CUTS))]
+    payload = base.SerializeToString(deterministic=True)
+    for _ in range(CLI_FLIPS):
+        i, bit = rnd.randrange(len(payload)), 1 << rnd.randrange(8)
+        flipped = bytearray(payload)
+        flipped[i] ^= bit
+        cases.append((f"bit {bit} of payload byte {i}", _envelope(bytes(flipped))))
+    for k in range(CLI_SEMANTIC):
+        plan = pb.Plan()
+        plan.CopyFrom(base)
+        whats = [_mutate(plan, rnd) for _ in range(1 + k % 3)]
+        cases.append(("; ".join(whats), write_plan_bytes(plan)))
+    problems = [f"{label}: {what}: {p}" for what, data in cases
+                for p in _cli_and_load(data, tmp_path, capsys)]
+    assert not problems, "\n".join(problems[:10])

@@ -1,0 +1,165 @@
+"""The janitor: a small process per driver that removes a dead driver's segments at once.
+
+Why: a driver killed with SIGKILL runs no teardown and no atexit; Ray then kills the actors
+the plan created, also without their atexit, and every ring and data block of the graph
+would stay in /dev/shm until some later ``start()`` sweeps dead creators' segments. The
+janitor makes "nothing left" hold within about a second of the last actor's death, with no
+later start and no monitor.
+
+How: the first ``watch()`` in a driver process starts ``python -S <this file> DIR`` in its
+own session, with a pipe to its stdin. The driver writes one line per graph, ``graph
+PREFIX PID...`` (the PIDs of the graph's actors on this node), and ``done PREFIX`` after a
+teardown. The janitor only reads; end of file on the pipe means the driver is gone, however
+it ended (the kernel closes the pipe for a killed process too). Then, for every graph not
+marked done, it unlinks every segment under the graph's prefix, again every 0.2 s while an
+actor of those graphs still runs (a dying actor may still create a data block), at most
+``WAIT_S``, and exits. Unlinking is safe at that point: the graph ended with its driver,
+and processes that still map a segment keep their mapping (only the name goes).
+
+Limits: a child the driver forks without exec (multiprocessing's "fork") holds the pipe
+too, so the janitor acts once that child has ended as well. The script imports only the
+standard library and ``procs`` (its folder is its first ``sys.path`` entry).
+
+Cost: one process per driver (started in the background, ~15 ms of CPU with ``-S``: it
+imports only ``os``, ``sys``, ``time`` and ``procs``), one pipe, one line per start and
+teardown; it sleeps in ``read`` for the driver's whole life. A driver that exits normally
+has torn its graphs down (atexit): the janitor finds nothing and exits.
+
+Example (driver side; ``start()`` does this)::
+
+    from cgc.runtime.channels import janitor
+    janitor.watch("cgc-0123abcd", [4242, 4243])   # starts the janitor on first use
+    janitor.forget("cgc-0123abcd")                 # after teardown removed everything
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+
+__all__ = ["watch", "forget", "janitor_pid", "WAIT_S"]
+
+WAIT_S = 60.0  # longest wait for a dead driver's actors to die before the last pass
+_POLL_S = 0.2
+
+_proc: subprocess.Popen | None = None
+_owner = 0  # the PID that started _proc (a forked child starts its own)
+_watched: dict[str, str] = {}  # prefix -> its "graph" line, re-sent to a restarted janitor
+_lock = threading.Lock()
+
+
+# ------------------------------------------------------------------ driver side
+def _forked() -> None:
+    """In a child forked from a driver: forget the parent's janitor and graphs (the child
+    starts its own janitor for its own graphs). Called with ``_lock`` held."""
+    global _proc, _owner
+    if _owner and _owner != os.getpid():
+        _proc, _owner = None, 0
+        _watched.clear()
+
+
+def _send(line: str) -> None:
+    """Start the janitor if needed and send it ``line``; never raises (the sweep at every
+    start stays the fallback). Called with ``_lock`` held."""
+    global _proc, _owner
+    try:
+        if _proc is None or _owner != os.getpid() or _proc.poll() is not None:
+            from .shm import segment_dir
+
+            _proc = subprocess.Popen(
+                [sys.executable, "-S", "-E", os.path.abspath(__file__), segment_dir()],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            _owner = os.getpid()
+            # A janitor that died (killed by hand?) is replaced; the new one learns every
+            # graph still running (a line twice is harmless: the janitor keeps the last).
+            line = "\n".join([*_watched.values(), line])
+        assert _proc.stdin is not None
+        _proc.stdin.write((line + "\n").encode())
+        _proc.stdin.flush()
+    except (OSError, ValueError):
+        pass  # no janitor here: the sweep at every start still removes what it leaves
+
+
+def watch(prefix: str, pids: Iterable[int]) -> None:
+    """Have the janitor remove graph ``prefix``'s segments should this process die before
+    ``forget(prefix)``; ``pids``: the graph's actor processes on this node (waited for).
+
+    Example: ``watch(graph.prefix, [4242])``.
+    """
+    line = " ".join(["graph", prefix, *(str(int(p)) for p in pids)])
+    with _lock:
+        _forked()
+        _watched[prefix] = line
+        _send(line)
+
+
+def forget(prefix: str) -> None:
+    """Graph ``prefix`` was torn down (its segments are gone): nothing to do for it."""
+    with _lock:
+        _forked()
+        if _watched.pop(prefix, None) is not None:
+            _send(f"done {prefix}")
+
+
+def janitor_pid() -> int | None:
+    """PID of this process's janitor (None before the first ``watch``), for leak checks."""
+    p = _proc
+    return p.pid if p is not None and _owner == os.getpid() else None
+
+
+# ------------------------------------------------------------------ the janitor process
+def _unlink_under(dfd: int, prefixes: tuple[str, ...]) -> int:
+    """Unlink every entry of the open directory ``dfd`` starting with one of ``prefixes``."""
+    left = 0
+    for name in os.listdir(dfd):
+        if name.startswith(prefixes):
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left += 1
+    return left
+
+
+def _main(seg_dir: str) -> int:
+    from procs import start_time  # type: ignore[import-not-found]  # run as a script
+
+    graphs: dict[str, list[tuple[int, int | None]]] = {}
+    for raw in sys.stdin.buffer:  # ends when the driver is gone, however it ended
+        parts = raw.decode("ascii", "replace").split()
+        if len(parts) >= 2 and parts[0] == "graph":
+            graphs[parts[1]] = [(int(p), start_time(int(p))) for p in parts[2:] if p.isdigit()]
+        elif len(parts) == 2 and parts[0] == "done":
+            graphs.pop(parts[1], None)
+    if not graphs:
+        return 0
+    # Why O_NOFOLLOW: the directory is checked by the driver; never follow a swapped link.
+    try:
+        dfd = os.open(seg_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    prefixes = tuple(p + "-" for p in graphs)
+    actors = [(pid, st) for ids in graphs.values() for pid, st in ids if st is not None]
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while True:
+            running = [a for a in actors if start_time(a[0]) == a[1]]
+            _unlink_under(dfd, prefixes)
+            if not running or time.monotonic() > deadline:
+                break
+            actors = running
+            time.sleep(_POLL_S)
+        _unlink_under(dfd, prefixes)  # what a last write made while we looked
+    finally:
+        os.close(dfd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1]))

@@ -1,0 +1,68 @@
+"""The janitor on its own (no Ray): a process that registered graphs and then died by
+SIGKILL has their segments removed; graphs it tore down, and other processes' segments,
+are left alone; a driver that exits normally leaves no janitor behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from leaks import alive, wait_until
+
+from cgc.runtime.channels import list_segments
+from cgc.runtime.channels.shm import Segment
+
+SCRIPT = textwrap.dedent("""
+    import json, os, signal, sys
+    from cgc.runtime.channels import janitor
+    from cgc.runtime.channels.shm import Segment
+
+    kill, doomed, done, actor = sys.argv[1] == "kill", sys.argv[2], sys.argv[3], int(sys.argv[4])
+    segs = [Segment.create(f"{doomed}-c{i}", 4096) for i in range(3)]
+    janitor.watch(doomed, [actor])
+    janitor.watch(done, [])
+    janitor.forget(done)
+    print(json.dumps({"janitor": janitor.janitor_pid()}), flush=True)
+    if kill:
+        os.kill(os.getpid(), signal.SIGKILL)
+    for s in segs:  # what teardown does: remove the segments, then tell the janitor
+        s.close()
+    janitor.forget(doomed)
+""")
+
+
+def _run(mode: str, tmp_path, actor_pid: int) -> tuple[int, str, str]:
+    doomed, done = f"cgc-jt{os.getpid()}a{mode}", f"cgc-jt{os.getpid()}b{mode}"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode, doomed, done, str(actor_pid)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout.splitlines()[0])["janitor"], doomed, done
+
+
+def test_a_killed_processes_segments_go_once_its_actors_are_gone(tmp_path):
+    # An "actor" of the doomed graph that outlives the driver for a while.
+    actor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    mine = Segment.create(f"cgc-jt{os.getpid()}mine-c1", 4096)  # another live creator's
+    kept = Segment.create(f"cgc-jt{os.getpid()}bkill-c1", 4096)  # the torn-down graph's name
+    try:
+        jan, doomed, _ = _run("kill", tmp_path, actor.pid)
+        assert wait_until(lambda: list_segments(doomed) == [], 10), list_segments(doomed)
+        # The janitor waits for the actor, then leaves; the others' segments stay.
+        assert alive(jan) or actor.poll() is not None
+        actor.wait(timeout=10)
+        assert wait_until(lambda: not alive(jan), 10), "the janitor stayed"
+        assert list_segments(mine.name) == [mine.name]
+        assert list_segments(kept.name) == [kept.name]
+    finally:
+        mine.close()
+        kept.close()
+        actor.kill()
+
+
+def test_a_normal_exit_leaves_no_janitor(tmp_path):
+    jan, doomed, _ = _run("exit", tmp_path, os.getpid())
+    assert wait_until(lambda: not alive(jan), 10), "the janitor stayed"
+    assert list_segments(doomed) == []
