@@ -245,7 +245,10 @@ class CompiledGraph:
             self._check_inputs(args, kwargs)
         ends = self.endpoints
         with self._submit_lock:
-            if self._closing:
+            # Why _failure too: between the monitor recording a failure and its teardown
+            # setting _closing, a get() may already have raised that failure; no later
+            # submit may then succeed.
+            if self._closing or self._failure is not None:
                 raise self._down_error()
             if self._submitted - min(ends.positions) >= self.config.capacity:
                 self._make_room()
@@ -284,7 +287,7 @@ class CompiledGraph:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._room:
             while self._submitted - min(ends.positions) >= cap:
-                if self._closing:
+                if self._closing or self._failure is not None:
                     raise self._down_error()
                 self._drain_drops()
                 k = ends.slowest()
