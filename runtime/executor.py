@@ -9,8 +9,11 @@ The driver drives set-up through ``actor.__ray_call__`` with the functions in
 3. ``setup_start``   - attach readers, join communicators, warm every edge once (a PING
    per host channel, the execution-0 send/recv pairs per communicator), start the loop.
 4. ``wait_loop``     - (in Ray's ``_ray_system`` concurrency group) returns when the loop
-   exits, or fails when the actor dies: the driver's monitor waits on it.
-5. ``stop_loop`` / ``where_blocked`` - teardown and hang reports.
+   exits, or fails when the actor dies: the driver's monitor waits on it. That group has
+   one thread, so with several graphs on one actor a waiter also returns ("running") when
+   another loop of the actor exits, letting the queued waiters have their turn.
+5. ``stop_loop`` / ``where_blocked`` - teardown (waits for this graph's loop only) and hang
+   reports.
 
 Program semantics (docs/architecture.md): the prologue once (execution 0), then ``ops``
 once per execution; an op with ``exec_offset = 1`` serves the next execution, so values
@@ -36,7 +39,8 @@ from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
-__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "TRACES"]
+__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "LOOPS_CHANGED", "EXITS",
+           "TRACES"]
 
 
 def _no_settle(tab: dict, before: Any) -> None:
@@ -63,6 +67,12 @@ def _static_kwargs(ch: pb.Channel) -> dict[str, Any]:
 
 LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
 LOOPS_LOCK = threading.Lock()
+# Notified (under LOOPS_LOCK) whenever a loop of this process exits.
+LOOPS_CHANGED = threading.Condition(LOOPS_LOCK)
+# graph id -> crash traceback (or None) of a loop that exited and whose waiter has not
+# reported yet; bounded, oldest dropped (a waiter that never runs leaves its entry).
+EXITS: dict[str, str | None] = {}
+MAX_EXITS = 256
 # graph id -> (prologue, loop) recorders of a traced loop; kept after the loop exits so the
 # driver collects complete traces at teardown (cgc.runtime.actor_calls.collect_trace).
 TRACES: dict[str, tuple[Any, Any]] = {}
@@ -557,6 +567,10 @@ class ActorLoop:
             self.exited.set()
             with LOOPS_LOCK:
                 LOOPS.pop(self.gid, None)
+                EXITS[self.gid] = self.crash
+                while len(EXITS) > MAX_EXITS:
+                    EXITS.pop(next(iter(EXITS)))
+                LOOPS_CHANGED.notify_all()
 
     def _replay(self, prologue: list[Any], ops: list[Any], prefetch: bool) -> None:
         """The prologue once, then the ops once per execution until a channel closes."""
