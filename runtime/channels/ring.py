@@ -62,6 +62,10 @@ block the ring. The reader clears its busy word of the block when the last view 
 weakref callback on the numpy "carrier" array that all buffer views hang off); the writer
 never waits on a borrowed block: it reuses a free block or creates one. A held result is
 therefore never overwritten and never deadlocks later executions.
+
+Forwarding: a large buffer being written that is itself a zero-copy view of a data block
+(a value read from another ring and passed on unchanged) is written as a reference to that
+block, not copied again; see ``forward`` for how its lifetime is kept.
 """
 
 from __future__ import annotations
@@ -84,9 +88,14 @@ from .errors import (
     decode_error,
     lost_value,
 )
+from .forward import FOREIGN, ForeignCache, pack_record, record_size, unpack_record
+from .forward import find as find_ref
+from .forward import register as register_ref
+from .forward import unregister as unregister_ref
 from .futex import fence, futex_wait, futex_wake
 from .pcopy import copy_into
 from .pool import (
+    BLOCK_MAGIC,
     DEFAULT_KEEP_FREE_BYTES,
     BlockCache,
     BlockPool,
@@ -356,9 +365,16 @@ class ShmRingWriter(_Endpoint):
         off = 16 * n + plen
         offs = []
         big = False
-        for r in raws:
+        # A large buffer that is a zero-copy view of another block travels as a reference
+        # to it (see ``forward``); the value then needs a block of ours to track its readers.
+        refs = [find_ref(r) if r.nbytes >= self._zc_min else None for r in raws] if n else []
+        for r, ref in zip(raws, refs, strict=True):
             off = _a64(off)
             offs.append(off)
+            if ref is not None:
+                off += record_size(ref[0])
+                big = True
+                continue
             off += r.nbytes
             if r.nbytes >= self._zc_min:
                 big = True
@@ -381,10 +397,18 @@ class ShmRingWriter(_Endpoint):
         try:
             if n:
                 table = []
-                for o, r in zip(offs, raws, strict=True):
-                    table += (o, r.nbytes)
-                    copy_into(mv, p + o, r, r.nbytes)
+                kept = []
+                for o, r, ref in zip(offs, raws, refs, strict=True):
+                    if ref is None:
+                        table += (o, r.nbytes)
+                        copy_into(mv, p + o, r, r.nbytes)
+                    else:
+                        table += (o | FOREIGN, r.nbytes)
+                        pack_record(mv, p + o, ref[0], ref[1])
+                        kept.append(r)  # keeps our own upstream borrow alive
                 struct.pack_into(f"<{2 * n}Q", mv, p, *table)
+                if kept and blk is not None:
+                    self._pool.hold(blk, kept)
             mv[p + 16 * n:p + 16 * n + plen] = data
             _SLOT_HDR.pack_into(self._mv, base, layout, n, seq, plen, bid, total)
         except BaseException:
@@ -512,6 +536,7 @@ class ShmRingReader(_Endpoint):
         self._cur = (_R_BASE + _R_STRIDE * reader_index) // 8
         self._flag = (_R_BASE + _R_STRIDE * reader_index + 8) // 4
         self._blocks = BlockCache(name, limit=2 * self.slots + 8)
+        self._foreign: ForeignCache | None = None  # blocks of other rings, by reference
         self._holds: dict[int, int] = {}  # block id -> live zero-copy carriers
         self._me = weakref.ref(self)  # what borrow callbacks hold (never the reader itself)
         self._slot_hold: tuple[int, int] | None = None  # (seq, block id) read, not consumed
@@ -611,23 +636,43 @@ class ShmRingReader(_Endpoint):
                 return loads(mv[p:p + plen], [])
             t = struct.unpack_from(f"<{2 * n}Q", mv, p)
             carrier = np.frombuffer(seg.mm, dtype=np.uint8, count=total, offset=seg.HEADER + p)
-            self._borrow(carrier, seg, u, bid)
+            self._borrow(carrier, seg, u, bid, (seg.name, seg.HEADER + p))
             cmv = memoryview(carrier)
-            bufs = [cmv[t[2 * k]:t[2 * k] + t[2 * k + 1]] for k in range(n)]
+            bufs = []
+            for k in range(n):
+                o, nb = t[2 * k], t[2 * k + 1]
+                if not o & FOREIGN:
+                    bufs.append(cmv[o:o + nb])
+                    continue
+                # Forwarded by reference: view the upstream block; our busy word in *this*
+                # block keeps the forwarder's hold on it until the view dies.
+                name, foff = unpack_record(mv, p + (o & ~FOREIGN))
+                if self._foreign is None:
+                    self._foreign = ForeignCache()
+                fc = self._foreign.view(name, foff, nb, BLOCK_MAGIC)
+                self._borrow(fc, seg, u, bid, (name, foff))
+                bufs.append(memoryview(fc))
             return loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
         except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
             return decode_error(self.name, seq, e)
 
-    def _borrow(self, carrier: np.ndarray, seg: Segment, u: memoryview, bid: int) -> None:
+    def _borrow(self, carrier: np.ndarray, seg: Segment, u: memoryview, bid: int,
+                where: tuple[str, int]) -> None:
         """Count ``carrier`` as a live view of block ``bid`` until it dies (``u`` stays
-        valid while referenced: the cache never releases it, see ``BlockCache``)."""
+        valid while referenced: the cache never releases it, see ``BlockCache``).
+
+        ``where`` (segment name, file offset of the carrier's first byte) registers the
+        carrier for forwarding, so writing it on unchanged sends a reference.
+        """
         blocks = self._blocks
         me = self._me
         with blocks.lock:
             self._holds[bid] = self._holds.get(bid, 0) + 1
+        token = register_ref(carrier, *where)
 
         def _released(ref: weakref.ref) -> None:
             _BORROWS.pop(id(ref), None)
+            unregister_ref(token)
             rd = me()
             if rd is None:
                 return
@@ -676,6 +721,8 @@ class ShmRingReader(_Endpoint):
         self._final_pos = self._q[self._cur]
         with self._blocks.lock:
             self._blocks.close()
+            if self._foreign is not None:
+                self._foreign.close()
         self._release_views()
         self._seg.close()
         self._seg = None  # type: ignore[assignment]
