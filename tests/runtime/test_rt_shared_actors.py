@@ -6,6 +6,7 @@ plan and a "decode" plan, each a two-stage chain), started from live handles.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -91,6 +92,14 @@ def test_pipelined_plans_on_shared_actors_keep_their_own_order(pair):
         assert [(rp.get(), rd.get()) for rp, rd in refs] == [(i + 11, i + 21) for i in range(4)]
 
 
+def _wait_gone(pid: int) -> None:
+    """Wait until the process ``pid`` is gone (ray.kill returns before it is)."""
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}"), "the killed actor's process is still alive"
+
+
 def test_a_dead_shared_actor_fails_both_plans(pair):
     from cgc.runtime import ActorDiedError
 
@@ -99,7 +108,9 @@ def test_a_dead_shared_actor_fails_both_plans(pair):
     d = _decode_plan(a, b).start(get_timeout=30)
     try:
         assert p.execute(1).get() == 12 and d.execute(1).get() == 22
+        pid = ray.get(b.pid.remote(), timeout=10)
         ray.kill(b)
+        _wait_gone(pid)
         t0 = time.monotonic()
         for g in (p, d):  # the second plan's waiter is queued behind the first's: still seen
             with pytest.raises(ActorDiedError):
