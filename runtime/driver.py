@@ -119,6 +119,8 @@ class CompiledGraph:
         self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
         self.monitor: Any = None
         self.endpoints = DriverEndpoints(plan.proto)
+        self.bells: Any = None  # the doorbells when wake-ahead is on (cgc.runtime.wake)
+        self.bell_ahead: list[int] = []  # depths the driver rings at each submit
         g = plan.proto.graph
         self._npos = g.num_positional
         # Arity of the common call, checked inline on the hot path (see _check_inputs).
@@ -264,6 +266,8 @@ class CompiledGraph:
                                  f"inputs of the execution were ({exc}); the graph cannot stay "
                                  "consistent")
                 raise self._down_error() from exc.cause
+            for d in self.bell_ahead:  # wake-ahead: the first hops' readers start spinning
+                self.bells.ring(d)
             e = self._submitted
             self._submitted = e + 1
             if t0:
@@ -508,6 +512,10 @@ class CompiledGraph:
             if got_read:
                 self.endpoints.close_outputs()
                 self._room.notify_all()
+            if got_submit and self.bells is not None:
+                self.bell_ahead = []
+                self.bells.close()
+                self.bells = None
         finally:
             if got_read:
                 self._read_lock.release()

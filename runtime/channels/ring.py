@@ -78,6 +78,7 @@ from typing import Any
 
 import numpy as np
 
+from .bell import BELL_SPIN_S
 from .errors import (
     ChannelClosedError,
     ChannelSequenceError,
@@ -92,7 +93,7 @@ from .forward import FOREIGN, ForeignCache, pack_record, record_size, unpack_rec
 from .forward import find as find_ref
 from .forward import register as register_ref
 from .forward import unregister as unregister_ref
-from .futex import fence, futex_wait, futex_wake
+from .futex import HAVE_WAITV, fence, futex_wait, futex_wait2, futex_wake
 from .pcopy import copy_into
 from .pool import (
     BLOCK_MAGIC,
@@ -174,6 +175,7 @@ class _Endpoint:
         self._spin_budget = self._spin
         self._wait_est = 0.0
         self.name = seg.name
+        self._bell: tuple[Any, int, int] | None = None  # (bells u32 view, index, address)
 
     def _wait(self, ready: Any, watch_off: int, flag_idx: int, timeout: float | None,
               what: str, peer: int) -> None:
@@ -210,11 +212,14 @@ class _Endpoint:
         deadline = None if timeout is None else time.monotonic() + timeout
         addr = self._seg.addr + watch_off
         widx = watch_off // 4
+        bell = self._bell if peer < 0 else None  # only reads are rung ahead
         try:
             while True:
                 u[flag_idx] = 1
                 fence()
                 expected = u[widx]  # read before ready(): a change in between makes WAIT return
+                if bell is not None:
+                    rung = bell[0][bell[1]]
                 if ready():
                     return
                 if u[_H_CLOSED // 4]:
@@ -225,10 +230,40 @@ class _Endpoint:
                     if rem <= 0:
                         raise ChannelTimeoutError(f"channel {self.name}: {what} timed out "
                                                   f"after {timeout} s")
-                if not futex_wait(addr, expected, rem):
-                    self._check_peer(peer)  # a whole slice without a wake-up: peer alive?
+                if bell is None:
+                    if not futex_wait(addr, expected, rem):
+                        self._check_peer(peer)  # a whole slice without a wake-up: peer alive?
+                    continue
+                woke = futex_wait2(addr, expected, bell[2], rung, rem)
+                if bell[0][bell[1]] != rung and self._spin_after_bell(ready):
+                    return
+                if not woke:
+                    self._check_peer(peer)
         finally:
             u[flag_idx] = 0  # also on an interrupt: a stale flag would cost the peer syscalls
+
+    def _spin_after_bell(self, ready: Any) -> bool:
+        """Rung ahead of the data: spin (yielding) up to ``BELL_SPIN_S`` for it to arrive.
+
+        The waiting flag stays set meanwhile, so a writer that publishes now also wakes us
+        at worst one syscall late. Returns True once ``ready()``.
+        """
+        end = time.perf_counter() + BELL_SPIN_S
+        u = self._u
+        while time.perf_counter() < end:
+            if ready():
+                return True
+            if u[_H_CLOSED // 4]:
+                return False  # the sleep loop raises for a closed channel
+            os.sched_yield()
+        return ready()
+
+    def set_bell(self, bells: Any, depth: int) -> None:
+        """Also wake (and spin) when bell ``depth`` of ``bells`` rings (``bell.Bells``);
+        needs ``futex_waitv`` (``HAVE_WAITV``), else ignored."""
+        if HAVE_WAITV:
+            addr, idx = bells.address(depth)
+            self._bell = (bells.u, idx, addr)
 
     def _peer_identity(self, peer: int) -> tuple[int, int, int, str]:
         if peer < 0:
