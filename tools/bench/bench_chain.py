@@ -124,7 +124,7 @@ def run_ray_cgraph(n: int, args: argparse.Namespace) -> Cell:
         _kill_all(handles)
 
 
-def run_cgc(n: int, args: argparse.Namespace) -> Cell:
+def run_cgc(n: int, args: argparse.Namespace, wake_ahead: int | None = None) -> Cell:
     import cgc
 
     handles = [Stage.remote() for _ in range(n)]
@@ -133,7 +133,7 @@ def run_cgc(n: int, args: argparse.Namespace) -> Cell:
         t0 = time.perf_counter()
         plan = cgc.compile(_chain(handles), name=f"bench_chain_{n}")
         t1 = time.perf_counter()
-        with plan.start(get_timeout=args.get_timeout) as graph:
+        with plan.start(get_timeout=args.get_timeout, wake_ahead=wake_ahead) as graph:
             setup = time.perf_counter() - t0
 
             def once() -> None:
@@ -146,8 +146,14 @@ def run_cgc(n: int, args: argparse.Namespace) -> Cell:
         _kill_all(handles)
 
 
+def run_cgc_no_wake(n: int, args: argparse.Namespace) -> Cell:
+    """cgc with wake-ahead off (``wake_ahead=0``): what the doorbells buy."""
+    return run_cgc(n, args, wake_ahead=0)
+
+
 SYSTEMS: dict[str, Callable[[int, argparse.Namespace], Cell]] = {
-    "raw": run_raw, "ray_cgraph": run_ray_cgraph, "cgc": run_cgc}
+    "raw": run_raw, "ray_cgraph": run_ray_cgraph, "cgc": run_cgc,
+    "cgc_no_wake": run_cgc_no_wake}
 
 
 def _cell(c: Cell | None) -> str:
@@ -170,22 +176,27 @@ def _setup(c: Cell | None) -> str:
     return f"{c['setup_s']:.2f} s" if c and "setup_s" in c else "—"
 
 
-def _row(n: int, cells: dict[str, Cell | None]) -> str:
+def _row(n: int, cells: dict[str, Cell | None], extra: bool) -> str:
     raw, rcg, ours = cells.get("raw"), cells.get("ray_cgraph"), cells.get("cgc")
     name = "1 (echo; raw: ping-pong)" if n == 1 else str(n)
-    return (f"| {name} | {_cell(raw)} | {_cell(rcg)} | {_cell(ours)} | {_ratio(ours, rcg)} | "
-            f"{_ratio(ours, raw)} | {_setup(rcg)} | {_setup(ours)} |")
+    more = f" {_cell(cells.get('cgc_no_wake'))} |" if extra else ""
+    return (f"| {name} | {_cell(raw)} | {_cell(rcg)} | {_cell(ours)} |{more} "
+            f"{_ratio(ours, rcg)} | {_ratio(ours, raw)} | {_setup(rcg)} | {_setup(ours)} |")
 
 
-HEADER = ("| actors | raw shm+futex mean / p50 | Ray CG mean / p50 | cgc mean / p50 | "
-          "cgc ÷ Ray CG (mean / p50) | cgc ÷ raw (mean / p50) | Ray CG compile | "
-          "cgc compile + start |\n|---|---|---|---|---|---|---|---|")
+def _header(extra: bool) -> str:
+    more = " cgc, wake-ahead off |" if extra else ""
+    cols = 9 if extra else 8
+    return ("| actors | raw shm+futex mean / p50 | Ray CG mean / p50 | cgc mean / p50 |" + more
+            + " cgc ÷ Ray CG (mean / p50) | cgc ÷ raw (mean / p50) | Ray CG compile | "
+            "cgc compile + start |\n|" + "---|" * cols)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--actors", default="8,16,32,64,128", help="comma-separated N")
-    parser.add_argument("--systems", default="raw,ray_cgraph,cgc")
+    parser.add_argument("--systems", default="raw,ray_cgraph,cgc",
+                        help="of raw, ray_cgraph, cgc, cgc_no_wake (cgc with wake-ahead off)")
     parser.add_argument("--quick", action="store_true", help="fewer executions per cell")
     parser.add_argument("--iters", type=int, default=1000, help="executions per cell, at most")
     parser.add_argument("--seconds", type=float, default=4.0, help="timed seconds per cell, at most")
@@ -208,7 +219,8 @@ def main() -> int:
              configure_logging=False)
     print(f"cores: {os.cpu_count()}; per cell at most {args.iters} executions or "
           f"{args.seconds:g} s; raw spin {args.raw_spin_us:g} µs\n", flush=True)
-    print(HEADER, flush=True)
+    extra = "cgc_no_wake" in systems
+    print(_header(extra), flush=True)
     for n in sizes:
         cells: dict[str, Cell | None] = {}
         for system in systems:
@@ -224,7 +236,7 @@ def main() -> int:
                 cells[system] = {"error": f"{type(exc).__name__}: {first}"}
             print(f"  n={n} {system}: {_cell(cells[system])} ({time.monotonic() - t0:.1f} s)",
                   file=sys.stderr, flush=True)
-        print(_row(n, cells), flush=True)
+        print(_row(n, cells, extra), flush=True)
     ray.shutdown()
     print(f"\ntotal {time.monotonic() - start:.0f} s", flush=True)
     return 0
