@@ -211,7 +211,7 @@ def run_ray_cgraph(case: Case, iters: int) -> tuple[float, float, float]:
                 0.0,
                 _throughput(lambda: compiled.execute(x), ray.get, iters, case.pipelined),
             )
-        p50, p99 = _time_loop(lambda: ray.get(compiled.execute(x)), iters, 50)
+        p50, p99 = _time_loop(lambda: ray.get(compiled.execute(x), timeout=120), iters, 50)
         return p50, p99, 0.0
     finally:
         # Why a thread with a bound: Ray CG's teardown can hang after a large value passed
