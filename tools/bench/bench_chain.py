@@ -221,6 +221,7 @@ def main() -> int:
           f"{args.seconds:g} s; raw spin {args.raw_spin_us:g} µs\n", flush=True)
     extra = "cgc_no_wake" in systems
     print(_header(extra), flush=True)
+    rows = []
     for n in sizes:
         cells: dict[str, Cell | None] = {}
         for system in systems:
@@ -236,8 +237,11 @@ def main() -> int:
                 cells[system] = {"error": f"{type(exc).__name__}: {first}"}
             print(f"  n={n} {system}: {_cell(cells[system])} ({time.monotonic() - t0:.1f} s)",
                   file=sys.stderr, flush=True)
-        print(_row(n, cells, extra), flush=True)
+        rows.append(_row(n, cells, extra))
+        print(rows[-1], flush=True)
     ray.shutdown()
+    # Again in one piece: Ray's own warnings can land between the rows printed as they came.
+    print("\nAll rows:\n\n" + _header(extra) + "\n" + "\n".join(rows), flush=True)
     print(f"\ntotal {time.monotonic() - start:.0f} s", flush=True)
     return 0
 
