@@ -102,8 +102,10 @@ class CompiledGraph:
     ``RunConfig`` in force), ``actors`` (handles by actor name), ``channel_bindings``
     (channel id -> how it was bound from real placement: "shm", "tcp", "nccl",
     "cuda_ipc", "host_staging", "cpu"), ``comm_bindings`` (communicator id -> its
-    ``Binding``: transport and the reason), ``setup_seconds``; ``capacity``, ``submit_timeout``, ``get_timeout``,
-    ``teardown_timeout`` (seconds; None = no limit) come from ``config``.
+    ``Binding``: transport and the reason), ``setup_seconds`` (of which
+    ``ray_start_seconds`` went to starting or joining Ray); ``capacity``,
+    ``submit_timeout``, ``get_timeout``, ``teardown_timeout`` (seconds; None = no limit)
+    come from ``config``.
     """
 
     def __init__(self, plan: Any, gid: str, prefix: str, config: RunConfig) -> None:
@@ -112,6 +114,7 @@ class CompiledGraph:
         self.gid, self.prefix = gid, prefix
         self.config = config
         self.setup_seconds = 0.0
+        self.ray_start_seconds = 0.0  # the part of setup_seconds spent starting/joining Ray
         self.actors: dict[str, Any] = {}
         self.created: set[str] = set()
         self.channel_bindings: dict[int, str] = {}

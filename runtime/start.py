@@ -127,7 +127,9 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     check_profiler_options(cfg.torch_profile, cfg.nvtx)
     # Results may be instances of classes from the model file: make it importable here.
     register(plan_modules(proto))
+    t_ray = time.perf_counter()
     info = ensure_ray(proto, address, cfg.communicator)
+    ray_s = time.perf_counter() - t_ray  # starting (or joining) Ray: not cgc's own set-up
     notice = gpu_notice(proto, info, cfg.communicator)
     if notice:
         log.warning(notice)
@@ -152,6 +154,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
                          f"{exc}") from exc
     graph.register()
     graph.setup_seconds = time.perf_counter() - t0
+    graph.ray_start_seconds = ray_s
     return graph
 
 
