@@ -147,6 +147,8 @@ class RunConfig:
         trace: a file to write a Chrome/Perfetto trace of the run to at teardown ("" = off).
         torch_profile: a directory for one torch profiler trace per actor ("" = off).
         nvtx: NVTX ranges around every op, for Nsight Systems.
+        wake_ahead: how many hops ahead of the data waiting actors are woken
+            (``cgc.runtime.wake``); -1 = auto (half the cores, off below 4), 0 = off.
     """
 
     # Defaults come from the one table above (a RunConfig built by hand agrees with a plan).
@@ -165,6 +167,7 @@ class RunConfig:
     trace: str = ""
     torch_profile: str = ""
     nvtx: bool = False
+    wake_ahead: int = -1
 
     @classmethod
     def from_plan(cls, config: pb.ExecConfig, **overrides: Any) -> RunConfig:
@@ -233,4 +236,5 @@ class RunConfig:
             trace=str(over.get("trace", "")),
             torch_profile=str(over.get("torch_profile", "")),
             nvtx=bool(over.get("nvtx", False)),
+            wake_ahead=int(over.get("wake_ahead", -1)),
         )

@@ -18,7 +18,15 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.actors import user_object
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
-from cgc.runtime.executor import LOOPS, LOOPS_LOCK, TRACES, ActorLoop, LoopOptions
+from cgc.runtime.executor import (
+    EXITS,
+    LOOPS,
+    LOOPS_CHANGED,
+    LOOPS_LOCK,
+    TRACES,
+    ActorLoop,
+    LoopOptions,
+)
 
 __all__ = ["setup_probe", "setup_writers", "setup_start", "wait_loop", "stop_loop",
            "where_blocked", "collect_trace"]
@@ -84,30 +92,48 @@ def setup_start(self: Any, gid: str, timeout: float, addrs: dict[int, tuple[str,
     return time.perf_counter() - t0
 
 
-def wait_loop(self: Any, gid: str) -> str | None:
-    """Block until the loop of ``gid`` exits; return its crash traceback, if any."""
+def wait_loop(self: Any, gid: str) -> dict[str, Any]:
+    """Block until the loop of ``gid`` exits, or until another loop of this actor exits.
+
+    Returns ``{"exited": True, "crash": traceback or None}`` when ``gid``'s loop is gone,
+    ``{"exited": False, "crash": None}`` when another loop exited first: the caller issues
+    the wait again. Why: this runs in Ray's ``_ray_system`` group, which has one thread; a
+    waiter that held it until its own loop exited would queue the waiters of every other
+    graph on the actor behind it, so their exits (a crash, a teardown) went unseen.
+    """
+    seen_change = False
+    with LOOPS_CHANGED:
+        while True:
+            if gid in EXITS:
+                return {"exited": True, "crash": EXITS.pop(gid)}
+            if gid not in LOOPS:
+                return {"exited": True, "crash": None}
+            if seen_change:
+                return {"exited": False, "crash": None}
+            LOOPS_CHANGED.wait()
+            seen_change = True
+
+
+def stop_loop(self: Any, gid: str, wait_s: float = 0.0) -> bool:
+    """Poison the loop's endpoints so it exits (close them if it never started); wait up
+    to ``wait_s`` for it to exit. Returns True once this graph's loop is gone.
+
+    Only ``gid``'s loop is touched: other graphs on the same actor keep running.
+    """
     with LOOPS_LOCK:
         loop = LOOPS.get(gid)
     if loop is None:
-        return None
-    loop.exited.wait()
-    return loop.crash
-
-
-def stop_loop(self: Any, gid: str) -> bool:
-    """Poison the loop's endpoints so it exits; close them if it never started."""
-    with LOOPS_LOCK:
-        loop = LOOPS.get(gid)
-    if loop is None:
-        return False
+        return True
     loop.stopping = True
     loop.poison()
     if loop.thread is None:  # set-up did not get as far as the loop: clean up here
         loop.close()
         loop.exited.set()
-        with LOOPS_LOCK:
+        with LOOPS_CHANGED:
             LOOPS.pop(gid, None)
-    return True
+            LOOPS_CHANGED.notify_all()
+        return True
+    return loop.exited.wait(wait_s) if wait_s > 0 else loop.exited.is_set()
 
 
 def where_blocked(self: Any, gid: str) -> dict[str, Any]:

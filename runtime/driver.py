@@ -102,8 +102,10 @@ class CompiledGraph:
     ``RunConfig`` in force), ``actors`` (handles by actor name), ``channel_bindings``
     (channel id -> how it was bound from real placement: "shm", "tcp", "nccl",
     "cuda_ipc", "host_staging", "cpu"), ``comm_bindings`` (communicator id -> its
-    ``Binding``: transport and the reason), ``setup_seconds``; ``capacity``, ``submit_timeout``, ``get_timeout``,
-    ``teardown_timeout`` (seconds; None = no limit) come from ``config``.
+    ``Binding``: transport and the reason), ``setup_seconds`` (of which
+    ``ray_start_seconds`` went to starting or joining Ray); ``capacity``,
+    ``submit_timeout``, ``get_timeout``, ``teardown_timeout`` (seconds; None = no limit)
+    come from ``config``.
     """
 
     def __init__(self, plan: Any, gid: str, prefix: str, config: RunConfig) -> None:
@@ -112,6 +114,7 @@ class CompiledGraph:
         self.gid, self.prefix = gid, prefix
         self.config = config
         self.setup_seconds = 0.0
+        self.ray_start_seconds = 0.0  # the part of setup_seconds spent starting/joining Ray
         self.actors: dict[str, Any] = {}
         self.created: set[str] = set()
         self.channel_bindings: dict[int, str] = {}
@@ -119,6 +122,8 @@ class CompiledGraph:
         self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
         self.monitor: Any = None
         self.endpoints = DriverEndpoints(plan.proto)
+        self.bells: Any = None  # the doorbells when wake-ahead is on (cgc.runtime.wake)
+        self.bell_ahead: list[int] = []  # depths the driver rings at each submit
         g = plan.proto.graph
         self._npos = g.num_positional
         # Arity of the common call, checked inline on the hot path (see _check_inputs).
@@ -267,6 +272,8 @@ class CompiledGraph:
                                  f"inputs of the execution were ({exc}); the graph cannot stay "
                                  "consistent")
                 raise self._down_error() from exc.cause
+            for d in self.bell_ahead:  # wake-ahead: the first hops' readers start spinning
+                self.bells.ring(d)
             e = self._submitted
             self._submitted = e + 1
             if t0:
@@ -530,6 +537,10 @@ class CompiledGraph:
             if got_read:
                 self.endpoints.close_outputs()
                 self._room.notify_all()
+            if got_submit and self.bells is not None:
+                self.bell_ahead = []
+                self.bells.close()
+                self.bells = None
         finally:
             if got_read:
                 self._read_lock.release()

@@ -9,8 +9,11 @@ The driver drives set-up through ``actor.__ray_call__`` with the functions in
 3. ``setup_start``   - attach readers, join communicators, warm every edge once (a PING
    per host channel, the execution-0 send/recv pairs per communicator), start the loop.
 4. ``wait_loop``     - (in Ray's ``_ray_system`` concurrency group) returns when the loop
-   exits, or fails when the actor dies: the driver's monitor waits on it.
-5. ``stop_loop`` / ``where_blocked`` - teardown and hang reports.
+   exits, or fails when the actor dies: the driver's monitor waits on it. That group has
+   one thread, so with several graphs on one actor a waiter also returns ("running") when
+   another loop of the actor exits, letting the queued waiters have their turn.
+5. ``stop_loop`` / ``where_blocked`` - teardown (waits for this graph's loop only) and hang
+   reports.
 
 Program semantics (docs/architecture.md): the prologue once (execution 0), then ``ops``
 once per execution; an op with ``exec_offset = 1`` serves the next execution, so values
@@ -24,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -36,7 +39,8 @@ from cgc.runtime.errors import SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
-__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "TRACES"]
+__all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "LOOPS_CHANGED", "EXITS",
+           "TRACES"]
 
 
 def _no_settle(tab: dict, before: Any) -> None:
@@ -63,6 +67,12 @@ def _static_kwargs(ch: pb.Channel) -> dict[str, Any]:
 
 LOOPS: dict[str, ActorLoop] = {}  # graph id -> this process's loop for it
 LOOPS_LOCK = threading.Lock()
+# Notified (under LOOPS_LOCK) whenever a loop of this process exits.
+LOOPS_CHANGED = threading.Condition(LOOPS_LOCK)
+# graph id -> crash traceback (or None) of a loop that exited and whose waiter has not
+# reported yet; bounded, oldest dropped (a waiter that never runs leaves its entry).
+EXITS: dict[str, str | None] = {}
+MAX_EXITS = 256
 # graph id -> (prologue, loop) recorders of a traced loop; kept after the loop exits so the
 # driver collects complete traces at teardown (cgc.runtime.actor_calls.collect_trace).
 TRACES: dict[str, tuple[Any, Any]] = {}
@@ -85,6 +95,9 @@ class LoopOptions:
         trace: record a time slice per op (``cgc.runtime.trace``).
         torch_profile: directory for a torch profiler trace of the loop ("" = off).
         nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
+        depths: each actor's hops from the driver, when wake-ahead is on
+            (``cgc.runtime.wake``); empty = off.
+        wake_ahead: how many depths ahead of itself an actor rings when it starts work.
     """
 
     prefix: str
@@ -96,6 +109,8 @@ class LoopOptions:
     trace: bool = False
     torch_profile: str = ""
     nvtx: bool = False
+    depths: dict[str, int] = field(default_factory=dict)
+    wake_ahead: int = 0
 
 
 class ActorLoop:
@@ -126,6 +141,7 @@ class ActorLoop:
         self.exited = threading.Event()
         self.thread: threading.Thread | None = None
         self.tabs: list[dict] = [{}, {}]
+        self.bells: Any = None  # cgc.runtime.channels.bell.Bells when wake-ahead is on
         self._methods: dict[int, Any] = {}
         for op in list(self.program.prologue) + list(self.program.ops):
             if op.kind == pb.COMPUTE and op.task not in self._methods:
@@ -196,6 +212,7 @@ class ActorLoop:
             self.readers[ch.id] = open_host_reader(ch, self.prefix, self.actor,
                                                    addrs.get(ch.id), secret=self.opts.secret,
                                                    spin_us=self.spin_us, timeout=timeout)
+        self._attach_bells()
         for cid, w in self.writers.items():
             if cid in addrs:
                 w.accept(timeout)
@@ -203,6 +220,38 @@ class ActorLoop:
         # goes through its communicators in ascending id, so no two wait on each other.
         for comm in self.my_comms():
             self.comms[comm.id] = self._open_comm(comm, timeout, (nccl_ids or {}).get(comm.id))
+
+    def _attach_bells(self) -> None:
+        """Wake-ahead: this actor's shared-memory readers also wait on its depth's bell."""
+        depth = self.opts.depths.get(self.actor, 0)
+        if not depth or not self.opts.wake_ahead:
+            return
+        from cgc.runtime.channels.bell import Bells
+
+        try:
+            self.bells = Bells.attach(self.prefix + "bell")
+        except FileNotFoundError:
+            return  # another node than the driver's: no wake-ahead here
+        for r in self.readers.values():
+            if hasattr(r, "set_bell"):
+                r.set_bell(self.bells, depth)
+
+    def _ring_ahead(self, ops: list[Any]) -> list[Any]:
+        """Ring the bell ``wake_ahead`` depths below this actor as its first compute op of
+        each execution starts (the data front has reached this actor)."""
+        if self.bells is None:
+            return ops
+        target = self.opts.depths[self.actor] + self.opts.wake_ahead
+        first = next((i for i, o in enumerate(self.program.ops) if o.kind == pb.COMPUTE), None)
+        if first is None or target > self.bells.depths:
+            return ops
+        op, ring = ops[first], self.bells.ring
+
+        def rung() -> None:
+            ring(target)
+            op()
+
+        return [*ops[:first], rung, *ops[first + 1:]]
 
     def _open_comm(self, comm: pb.Communicator, timeout: float, uid: bytes | None) -> Any:
         from cgc.runtime.gpu.factory import open_device_communicator
@@ -505,7 +554,7 @@ class ActorLoop:
     def start(self) -> None:
         self._deferred = self._find_deferred()
         prologue = self._compile(self.program.prologue, True)
-        ops = self._compile(self.program.ops, False)
+        ops = self._ring_ahead(self._compile(self.program.ops, False))
         if self.opts.trace:
             from cgc.runtime.trace import Recorder, traced
 
@@ -557,6 +606,10 @@ class ActorLoop:
             self.exited.set()
             with LOOPS_LOCK:
                 LOOPS.pop(self.gid, None)
+                EXITS[self.gid] = self.crash
+                while len(EXITS) > MAX_EXITS:
+                    EXITS.pop(next(iter(EXITS)))
+                LOOPS_CHANGED.notify_all()
 
     def _replay(self, prologue: list[Any], ops: list[Any], prefetch: bool) -> None:
         """The prologue once, then the ops once per execution until a channel closes."""
@@ -605,6 +658,9 @@ class ActorLoop:
             except Exception:  # noqa: BLE001
                 pass
         self.writers, self.readers, self.comms = {}, {}, {}
+        if self.bells is not None:
+            self.bells.close()
+            self.bells = None
 
     def where(self) -> dict[str, Any]:
         """Where the loop is: ``{"actor", "execution", "op", "token", "waiting"}``."""

@@ -5,7 +5,9 @@ only when the loop exits (a crash, or teardown) or fails when the actor dies. Th
 ``ray.wait``s on those refs with a 0.5 s poll (so it notices its own stop quickly), and on
 the first one that resolves outside teardown records an ``ActorDiedError`` (or
 ``GraphFailedError`` with the loop's traceback) and tears the graph down, which poisons
-every channel so blocked readers and writers wake.
+every channel so blocked readers and writers wake. That group has one thread per actor:
+with several graphs on one actor, a waiter returns ``{"exited": False}`` when another
+graph's loop exits, and the monitor issues it again (so each graph's waiter gets a turn).
 
 Example::
 
@@ -32,7 +34,6 @@ class Monitor:
     def __init__(self, graph: Any, waiters: dict[Any, str]) -> None:
         self.graph = graph
         self.waiters = dict(waiters)  # ref -> actor name, still pending
-        self._all = dict(waiters)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"cgc-monitor-{graph.gid}",
                                        daemon=True)
@@ -49,10 +50,6 @@ class Monitor:
         self._stop.set()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout=2 * POLL_S + 1)
-
-    def loop_refs(self, exclude: set[str]) -> dict[Any, str]:
-        """``wait_loop`` refs of the actors not in ``exclude``, with their actor names."""
-        return {r: name for r, name in self._all.items() if name not in exclude}
 
     def _run(self) -> None:
         try:
@@ -72,11 +69,15 @@ class Monitor:
 
         while not self._stop.is_set() and self.waiters:
             ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
-            if not ready or self._stop.is_set() or self.graph.closing:
+            if self._stop.is_set() or self.graph.closing:
+                continue
+            ready = self._exits(ready)
+            if not ready:
                 continue
             # Give the others a moment: a crash poisons channels, and the loops it wakes
             # exit cleanly right after; report the real cause, not the first clean exit.
             more, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters), timeout=0.2)
+            more = self._exits(more)
             reasons = [self._classify(r) for r in dict.fromkeys(ready + more)]
             reasons.sort(key=lambda x: x[0])
             if reasons[0][0] == 2 and self.waiters:
@@ -84,6 +85,7 @@ class Monitor:
                 # still be reporting on a loaded machine; its reason is the one to give.
                 late, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters),
                                    timeout=LATE_REASON_S)
+                late = self._exits(late)
                 reasons += [self._classify(r) for r in late]
                 reasons.sort(key=lambda x: x[0])
             _, cls, msg, kw = reasons[0]
@@ -91,13 +93,39 @@ class Monitor:
                 self.graph.fail(cls, msg, **kw)
             return
 
+    def _exits(self, ready: list[Any]) -> list[Any]:
+        """The refs of ``ready`` that report an exit (or a death); wait again on the others.
+
+        A ``wait_loop`` also returns ``{"exited": False}`` when another graph's loop on the
+        same actor exited (the waiters take turns on one thread): issue it again.
+        """
+        import ray
+
+        from cgc.runtime.actor_calls import wait_loop
+
+        out = []
+        for ref in ready:
+            try:
+                got = ray.get(ref, timeout=5)
+            except Exception:  # noqa: BLE001 - a death or a lost ref: _classify says which
+                out.append(ref)
+                continue
+            if got["exited"]:
+                out.append(ref)
+                continue
+            name = self.waiters.pop(ref)
+            again = self.graph.actors[name].__ray_call__.options(
+                concurrency_group="_ray_system").remote(wait_loop, self.graph.gid)
+            self.waiters[again] = name
+        return out
+
     def _classify(self, ref: Any) -> tuple[int, type, str, dict]:
         import ray
 
         name = self.waiters.pop(ref)
         g = self.graph
         try:
-            crash = ray.get(ref, timeout=5)
+            crash = ray.get(ref, timeout=5)["crash"]
         except ray.exceptions.RayActorError as exc:
             g.mark_dead(name)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

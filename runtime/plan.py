@@ -100,6 +100,7 @@ class Plan:
         trace: str | os.PathLike[str] | None = None,
         torch_profile: str | os.PathLike[str] | None = None,
         nvtx: bool | None = None,
+        wake_ahead: int | None = None,
     ) -> CompiledGraph:
         """Verify the plan, start it on Ray and return the running graph.
 
@@ -113,7 +114,8 @@ class Plan:
         (TCP everywhere, to exercise the cross-node path on one machine); ``trace``: a file
         that teardown writes a Chrome/Perfetto trace of the run to (``cgc.runtime.trace``);
         ``torch_profile``: a directory for one torch profiler trace per actor; ``nvtx``:
-        NVTX ranges around every op (``cgc.runtime.profiling``).
+        NVTX ranges around every op (``cgc.runtime.profiling``); ``wake_ahead``: how many
+        hops ahead of the data sleeping actors are woken (-1 auto, 0 off; ``cgc.runtime.wake``).
 
         Example::
 
@@ -151,6 +153,7 @@ class Plan:
             trace=None if trace is None else os.fspath(trace),
             torch_profile=None if torch_profile is None else os.fspath(torch_profile),
             nvtx=nvtx,
+            wake_ahead=wake_ahead,
         )
 
 

@@ -127,7 +127,9 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     check_profiler_options(cfg.torch_profile, cfg.nvtx)
     # Results may be instances of classes from the model file: make it importable here.
     register(plan_modules(proto))
+    t_ray = time.perf_counter()
     info = ensure_ray(proto, address, cfg.communicator)
+    ray_s = time.perf_counter() - t_ray  # starting (or joining) Ray: not cgc's own set-up
     notice = gpu_notice(proto, info, cfg.communicator)
     if notice:
         log.warning(notice)
@@ -152,7 +154,28 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
                          f"{exc}") from exc
     graph.register()
     graph.setup_seconds = time.perf_counter() - t0
+    graph.ray_start_seconds = ray_s
     return graph
+
+
+def _wake_ahead(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig) -> tuple[dict[str, int], int]:
+    """Create the graph's doorbells when wake-ahead applies; return (depths, window).
+
+    Applies when the window is >= 1, some actor is two or more hops from the driver, and
+    the kernel has ``futex_waitv`` (else readers could not wait on a bell).
+    """
+    from cgc.runtime.channels.bell import Bells
+    from cgc.runtime.channels.futex import HAVE_WAITV
+    from cgc.runtime.wake import actor_depths, wake_window
+
+    window = wake_window(cfg.wake_ahead)
+    depths = actor_depths(proto)
+    deepest = max(depths.values(), default=0)
+    if window < 1 or deepest < 2 or not HAVE_WAITV:
+        return {}, 0
+    graph.bells = Bells.create(graph.prefix + "bell", deepest)
+    graph.bell_ahead = list(range(2, min(1 + window, deepest) + 1))
+    return depths, window
 
 
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: Any,
@@ -167,10 +190,12 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     handles = graph.actors
     low = proto.lowered
     fake_hosts = fake_hosts_enabled()
+    depths, window = _wake_ahead(graph, proto, cfg)
     opts = LoopOptions(prefix=graph.prefix, secret=secret, spin_us=cfg.spin_us,
                        slot_bytes=cfg.slot_bytes, trace=bool(cfg.trace),
                        torch_profile=cfg.torch_profile, nvtx=cfg.nvtx, fake_hosts=fake_hosts,
-                       probe_gpu=info.has_gpus and cfg.communicator != "cpu")
+                       probe_gpu=info.has_gpus and cfg.communicator != "cpu",
+                       depths=depths, wake_ahead=window)
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n

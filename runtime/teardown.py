@@ -1,9 +1,9 @@
 """Tearing a graph down: wake everything, wait for the loops, free every resource.
 
 Order matters: (1) poison every host channel by name (wakes blocked actors *and* driver
-threads: pending ``get()``s raise instead of hanging); (2) ask live actors to stop (closes
-communicators, covers channels the driver cannot reach); (3) wait up to the teardown timeout
-for the loops to exit (they close their own endpoints, so writers unlink their segments);
+threads: pending ``get()``s raise instead of hanging); (2) ask live actors to stop this graph's loop (closes
+communicators, covers channels the driver cannot reach; other graphs sharing an actor keep
+running); (3) wait up to the teardown timeout for the loops to exit (they close their own endpoints, so writers unlink their segments);
 (4) stop the monitor; (5) close the driver's endpoints; (6) kill the actors the plan
 created; (7) unlink whatever a dead process left under the graph's prefix; (8) stop the
 async pool.
@@ -61,17 +61,7 @@ def _stop_everything(g: Any) -> None:
     live = {n: h for n, h in g.actors.items() if n not in dead}
     ray_up = ray.is_initialized()
     if ray_up:
-        from cgc.runtime.actor_calls import stop_loop
-
-        stops = []
-        for h in live.values():
-            try:
-                stops.append(h.__ray_call__.remote(stop_loop, g.gid))
-            except (Exception, SystemExit):  # noqa: BLE001 - the actor or Ray may be gone
-                pass
-        waits = (g.monitor.loop_refs(dead) if g.monitor is not None
-                 else dict(zip(stops, live, strict=False)))
-        _wait_loops(g, waits)
+        _stop_loops(g, live)
     if g.monitor is not None:
         g.monitor.stop()
     if ray_up and g.config.trace:
@@ -120,33 +110,54 @@ def _write_trace(g: Any, live: dict[str, Any]) -> None:
         log.warning("cgc: cannot write the trace to %s: %s", g.config.trace, exc)
 
 
-def _wait_loops(g: Any, waits: dict[Any, str]) -> None:
-    """Wait for the loops to exit: briefly for actors we kill anyway, fully for external ones.
+def _stop_loops(g: Any, live: dict[str, Any]) -> None:
+    """Stop this graph's loop on every live actor and wait for them to exit.
 
-    Why: a loop stuck in a long user method cannot exit until the method returns; actors
-    the plan created are killed next (their leftovers are unlinked by prefix), external
-    actors must be left clean, so only they get the whole teardown timeout.
+    Each ``stop_loop`` call waits inside the actor for this graph's loop only (not the
+    monitor's ``wait_loop`` refs: those share Ray's one-thread ``_ray_system`` group with
+    the waiters of other graphs on the same actor, so they can sit queued behind a graph
+    that keeps running). Actors the plan created are waited for briefly (they are killed
+    next; their leftovers are unlinked by prefix); external actors must be left clean, so
+    they get the whole teardown timeout (a loop stuck in a long user method cannot exit
+    until the method returns).
     """
     import time
 
     import ray
 
-    if not waits:
+    from cgc.runtime.actor_calls import stop_loop
+
+    if not live:
         return
-    deadline = time.monotonic() + g.teardown_timeout
+    full = g.teardown_timeout
+    # A loop under the torch profiler writes its trace as it exits: give it the time.
+    brief = full if g.config.torch_profile else min(full, 2.0)
+    waits: dict[Any, str] = {}
+    for name, h in live.items():
+        wait_s = brief if name in g.created else full
+        try:
+            waits[h.__ray_call__.remote(stop_loop, g.gid, wait_s)] = name
+        except (Exception, SystemExit):  # noqa: BLE001 - the actor or Ray may be gone
+            pass
+    deadline = time.monotonic() + full + 1.0  # the actors time their own waits
+    stuck = []
     try:
-        # A loop under the torch profiler writes its trace as it exits: give it the time.
-        first = g.teardown_timeout if g.config.torch_profile else min(g.teardown_timeout, 2.0)
-        _, pending = ray.wait(list(waits), num_returns=len(waits), timeout=first)
-        external = [r for r in pending if waits[r] not in g.created]
-        if external:
-            _, pending = ray.wait(external, num_returns=len(external),
-                                  timeout=max(0.0, deadline - time.monotonic()))
-            pending = external and pending
+        pending = list(waits)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=len(pending),
+                                      timeout=max(0.0, deadline - time.monotonic()))
+            for r in ready:
+                try:
+                    if not ray.get(r) and waits[r] not in g.created:
+                        stuck.append(waits[r])
+                except (Exception, SystemExit):  # noqa: BLE001 - died meanwhile: nothing to wait
+                    pass
+            if not ready:
+                break
+        stuck += [waits[r] for r in pending if waits[r] not in g.created]
     except (Exception, SystemExit):  # noqa: BLE001 - Ray shutting down: nothing to wait for
         return
-    stuck = sorted(waits[r] for r in pending if waits[r] not in g.created)
     if stuck:
         log.warning("cgc: graph %r: the loops of %s did not stop within %.1f s (busy in a "
-                    "method call?); they exit when it returns", g.name, ", ".join(stuck),
-                    g.teardown_timeout)
+                    "method call?); they exit when it returns", g.name,
+                    ", ".join(sorted(stuck)), full)

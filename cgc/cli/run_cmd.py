@@ -136,7 +136,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
                 once()
                 lat.append(time.perf_counter() - t0)
         total = time.perf_counter() - t_all
-        setup = graph.setup_seconds
+        setup, ray_s = graph.setup_seconds, graph.ray_start_seconds
         bound = list(graph.channel_bindings.values())
         comms = {cid: (b.transport, b.reason) for cid, b in sorted(graph.comm_bindings.items())}
     channels = {k: bound.count(k) for k in sorted(set(bound))}
@@ -147,6 +147,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         click.echo(json.dumps({
             "plan": plan.name, "iters": iters, "outputs": _jsonable(outputs), "latency_us": us,
             "throughput_per_s": round(thr, 1), "setup_s": round(setup, 3),
+            "ray_start_s": round(ray_s, 3),
             "host_channels": {"shm": bound.count("shm"), "tcp": bound.count("tcp")},
             "device_channels": {k: v for k, v in channels.items() if k not in ("shm", "tcp")},
             "communicators": {str(c): {"transport": t, "reason": r}
@@ -158,7 +159,8 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     click.echo(f"  latency      p50 {us['p50']:.1f} us   p90 {us['p90']:.1f} us   "
                f"p99 {us['p99']:.1f} us")
     click.echo(f"  throughput   {thr:,.0f} executions/s (one in flight)")
-    click.echo(f"  set-up       {setup:.2f} s")
+    click.echo(f"  set-up       {setup:.2f} s (starting or joining Ray {ray_s:.2f} s, "
+               f"cgc's own {setup - ray_s:.2f} s)")
     names = {"shm": "shared memory", "tcp": "tcp", "nccl": "nccl", "cuda_ipc": "cuda ipc",
              "host_staging": "host staging", "cpu": "cpu communicator"}
     click.echo("  channels     " + (", ".join(f"{n} {names.get(k, k)}" for k, n in channels.items())

@@ -36,7 +36,11 @@ Signatures:
   number; a mismatch is ``ChannelSequenceError``.
 - Values: anything picklable. numpy arrays / CPU torch tensors with >= ``zero_copy_min``
   bytes are read zero-copy (numpy read-only); holding them never blocks the writer; data
-  blocks beyond a small reusable pool are freed when the last reader drops them.
+  blocks beyond a small reusable pool are freed when the last reader drops them. Such a
+  value written on unchanged (alone, sliced, in a container) travels as a reference to the
+  block it views, not as a second copy (``forward``).
+- Wake-ahead: ``reader.set_bell(Bells, depth)`` makes a sleeping read also wake (and spin
+  up to 1 ms) when that doorbell rings (``bell``; needs ``futex_waitv``).
 - One thread per endpoint. Names: unique and unguessable per channel (``endpoints`` builds
   them from a random graph prefix); data blocks are ``<name>.d<k>``. Segments live in
   ``segment_dir()`` (``/dev/shm/cgc-<uid>``, mode 0700, owner-checked; see ``shm``).

@@ -21,7 +21,7 @@ import errno
 import os
 import threading
 
-__all__ = ["futex_wait", "futex_wake", "fence"]
+__all__ = ["futex_wait", "futex_wait2", "futex_wake", "fence", "HAVE_WAITV"]
 
 _SYS_FUTEX = 202  # x86_64; aarch64 uses 98
 if os.uname().machine in ("aarch64", "arm64"):
@@ -87,6 +87,69 @@ def futex_wake(addr: int, count: int = _INT_MAX) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"futex wake failed: {os.strerror(err)}")
     return rc
+
+
+_SYS_FUTEX_WAITV = 449  # Linux >= 5.16, same number on x86_64 and aarch64
+_FUTEX2_SIZE_U32 = 0x02
+_CLOCK_MONOTONIC = 1
+
+
+_waitv = ctypes.CDLL(None, use_errno=True).syscall  # its own handle: its own argtypes
+_waitv.restype = ctypes.c_long
+_waitv.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
+                   ctypes.c_void_p, ctypes.c_int]
+
+
+class _Waitv(ctypes.Structure):
+    _fields_ = [("val", ctypes.c_uint64), ("uaddr", ctypes.c_uint64),
+                ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+def _probe_waitv() -> bool:
+    # An empty wait list is EINVAL where futex_waitv exists, ENOSYS where it does not.
+    rc = _waitv(_SYS_FUTEX_WAITV, None, 0, 0, None, 0)
+    return not (rc < 0 and ctypes.get_errno() == errno.ENOSYS)
+
+
+HAVE_WAITV = _probe_waitv()
+
+
+def futex_wait2(addr: int, expected: int, addr2: int, expected2: int,
+                timeout: float | None) -> bool:
+    """Sleep while the u32 at ``addr`` equals ``expected`` *and* the one at ``addr2``
+    equals ``expected2`` (``futex_waitv``; check ``HAVE_WAITV`` first).
+
+    Returns True when woken on either word or a value already differed, False on timeout.
+
+    Raises:
+        OSError: a futex error other than EAGAIN / EINTR / ETIMEDOUT.
+    """
+    import time
+
+    ws = getattr(_tls, "waitv", None)
+    if ws is None:
+        ws = _tls.waitv = (_Waitv * 2)()
+        ws[0].flags = ws[1].flags = _FUTEX2_SIZE_U32
+    ws[0].uaddr, ws[0].val = addr, expected & 0xFFFFFFFF
+    ws[1].uaddr, ws[1].val = addr2, expected2 & 0xFFFFFFFF
+    ts_ptr = None
+    if timeout is not None:  # futex_waitv takes an absolute CLOCK_MONOTONIC deadline
+        ts = getattr(_tls, "ts2", None)
+        if ts is None:
+            ts = _tls.ts2 = _Timespec()
+        t = time.clock_gettime(time.CLOCK_MONOTONIC) + max(timeout, 0.0)
+        ts.tv_sec = int(t)
+        ts.tv_nsec = int((t - int(t)) * 1e9)
+        ts_ptr = ctypes.addressof(ts)
+    rc = _waitv(_SYS_FUTEX_WAITV, ctypes.addressof(ws), 2, 0, ts_ptr, _CLOCK_MONOTONIC)
+    if rc >= 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EAGAIN, errno.EINTR):
+        return True
+    if err == errno.ETIMEDOUT:
+        return False
+    raise OSError(err, f"futex_waitv failed: {os.strerror(err)}")
 
 
 _fence_lock = threading.Lock()

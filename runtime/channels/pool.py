@@ -36,15 +36,15 @@ from .errors import ChannelTimeoutError, ShmSecurityError
 from .futex import fence
 from .shm import Segment
 
-__all__ = ["BlockPool", "BlockCache", "block_data_offset", "release_block",
+__all__ = ["BlockPool", "BlockCache", "BLOCK_MAGIC", "block_data_offset", "release_block",
            "DEFAULT_KEEP_FREE", "DEFAULT_KEEP_FREE_BYTES"]
 
-_BLOCK_MAGIC = 0x4B424743  # "CGBK"
+BLOCK_MAGIC = 0x4B424743  # "CGBK": the first word of every data block
 _MIN_BLOCK = 64 * 1024
 _B_SEQ = 16  # u64: sequence number of the value in the block
 _B_SINGLE = 24 // 4  # u32 index: single-use (punch when the last reader releases it)
 _B_BUSY = 64 // 4  # u32 index of reader 0's busy word
-DEFAULT_KEEP_FREE = 2
+DEFAULT_KEEP_FREE = 4  # why 4: a pass-through chain of k stages rotates k + 1 blocks
 DEFAULT_KEEP_FREE_BYTES = 64 << 20
 _CHECK_EVERY = 0.25  # s between peer-liveness checks while waiting for a block
 
@@ -62,6 +62,24 @@ def release_block(seg: Segment, u: memoryview, index: int, num_readers: int) -> 
         fence()  # our clear before the others' words are read (two readers racing: >= 1 sees all clear)
         if not any(u[_B_BUSY + k] for k in range(num_readers)):
             seg.punch(block_data_offset(num_readers))
+
+
+# Holds of closed pools whose blocks readers still used: (busy view, all-clear bytes,
+# segment, held objects). Why kept past close: dropping them would release our borrow of
+# an upstream block that a reader down a pass-through chain still views (a single-use
+# block is punched on its last release). Swept when this process next acquires a block.
+_orphans: list[tuple[memoryview, bytes, Segment, list]] = []
+
+
+def _sweep_orphans() -> None:
+    keep = []
+    for busy, zeros, seg, objs in _orphans:
+        if busy == zeros:
+            busy.release()
+            seg.close()
+        else:
+            keep.append((busy, zeros, seg, objs))
+    _orphans[:] = keep
 
 
 def _size_class(n: int) -> int:
@@ -96,6 +114,8 @@ class BlockPool:
         self.keep_free_bytes = keep_free_bytes
         self.max_bytes = max_bytes
         self._blocks: dict[int, _Block] = {}
+        # block id -> objects kept alive while the block is busy (forwarded buffers)
+        self._held: dict[int, list] = {}
         self._next_id = 1
         self._ones = b"\x01\x00\x00\x00" * num_readers
         self._zeros = bytes(4 * num_readers)
@@ -107,6 +127,8 @@ class BlockPool:
         free = []
         for b in list(self._blocks.values()):
             if b.busy == z:
+                if self._held:
+                    self._held.pop(b.id, None)  # the readers are done: let them go
                 if b.single:
                     self._retire(b)
                 else:
@@ -124,6 +146,8 @@ class BlockPool:
             ChannelTimeoutError: ``max_bytes`` is reached and nothing was freed in time.
             OSError: /dev/shm is full.
         """
+        if _orphans:
+            _sweep_orphans()
         deadline = None if timeout is None else time.monotonic() + timeout
         next_check = time.monotonic() + _CHECK_EVERY
         while True:
@@ -164,24 +188,37 @@ class BlockPool:
 
     def unuse(self, blk: _Block) -> None:
         """Give back a block acquired for a value that was never published."""
+        self._held.pop(blk.id, None)
         blk.busy[:] = self._zeros
+
+    def hold(self, blk: _Block, objs: list) -> None:
+        """Keep ``objs`` alive until every reader has released ``blk`` (noticed at a later
+        ``acquire`` or at ``close``): the buffers a value in it refers to by reference."""
+        self._held[blk.id] = objs
 
     def _create(self, cap: int) -> _Block:
         bid = self._next_id
         self._next_id += 1
         off = block_data_offset(self.num_readers)
         seg = Segment.create(f"{self.prefix}.d{bid}", off + cap)
-        struct.pack_into("<IIQ", seg.mv, 0, _BLOCK_MAGIC, self.num_readers, cap)
+        struct.pack_into("<IIQ", seg.mv, 0, BLOCK_MAGIC, self.num_readers, cap)
         blk = _Block(bid, seg, cap, self.num_readers)
         self._blocks[bid] = blk
         self.total_bytes += cap
         return blk
 
-    def _retire(self, b: _Block) -> None:
+    def _retire(self, b: _Block, punch: bool = True) -> None:
         del self._blocks[b.id]
+        held = self._held.pop(b.id, None)
         self.total_bytes -= b.cap
-        if b.busy == self._zeros:
+        free = b.busy == self._zeros
+        if punch and free:
             b.seg.punch(b.data_off)  # nobody reads it: stale reader mappings hold nothing
+        if held and not free:  # readers still view what it refers to: keep that alive
+            b.seg.unlink()
+            _orphans.append((b.busy, self._zeros, b.seg, held))
+            b.u.release()
+            return
         b.busy.release()
         b.u.release()
         b.seg.close()
@@ -191,9 +228,14 @@ class BlockPool:
         return len(self._blocks)
 
     def close(self) -> None:
-        """Unlink and unmap every block (readers' existing views stay valid)."""
+        """Unlink and unmap every block (readers' existing views stay valid).
+
+        Why no punch here: a block our readers released may still be viewed further down
+        a pass-through chain (``forward``: the holds that kept it busy end with this
+        close); its pages go when the last mapping does.
+        """
         for b in list(self._blocks.values()):
-            self._retire(b)
+            self._retire(b, punch=False)
 
 
 class BlockCache:
@@ -217,7 +259,7 @@ class BlockCache:
         if got is None:
             seg = Segment.attach(f"{self.prefix}.d{bid}")
             magic, nr = struct.unpack_from("<II", seg.mv, 0)
-            if magic != _BLOCK_MAGIC or block_data_offset(nr) > seg.size:
+            if magic != BLOCK_MAGIC or block_data_offset(nr) > seg.size:
                 seg.close()
                 raise ShmSecurityError(f"{seg.name} is not a data block of this channel")
             got = (seg, seg.mv[:block_data_offset(nr)].cast("I"))

@@ -62,6 +62,10 @@ block the ring. The reader clears its busy word of the block when the last view 
 weakref callback on the numpy "carrier" array that all buffer views hang off); the writer
 never waits on a borrowed block: it reuses a free block or creates one. A held result is
 therefore never overwritten and never deadlocks later executions.
+
+Forwarding: a large buffer being written that is itself a zero-copy view of a data block
+(a value read from another ring and passed on unchanged) is written as a reference to that
+block, not copied again; see ``forward`` for how its lifetime is kept.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from typing import Any
 
 import numpy as np
 
+from .bell import BELL_SPIN_S
 from .errors import (
     ChannelClosedError,
     ChannelSequenceError,
@@ -84,9 +89,14 @@ from .errors import (
     decode_error,
     lost_value,
 )
-from .futex import fence, futex_wait, futex_wake
+from .forward import FOREIGN, ForeignCache, pack_record, record_size, unpack_record
+from .forward import find as find_ref
+from .forward import register as register_ref
+from .forward import unregister as unregister_ref
+from .futex import HAVE_WAITV, fence, futex_wait, futex_wait2, futex_wake
 from .pcopy import copy_into
 from .pool import (
+    BLOCK_MAGIC,
     DEFAULT_KEEP_FREE_BYTES,
     BlockCache,
     BlockPool,
@@ -165,6 +175,7 @@ class _Endpoint:
         self._spin_budget = self._spin
         self._wait_est = 0.0
         self.name = seg.name
+        self._bell: tuple[Any, int, int] | None = None  # (bells u32 view, index, address)
 
     def _wait(self, ready: Any, watch_off: int, flag_idx: int, timeout: float | None,
               what: str, peer: int) -> None:
@@ -201,11 +212,14 @@ class _Endpoint:
         deadline = None if timeout is None else time.monotonic() + timeout
         addr = self._seg.addr + watch_off
         widx = watch_off // 4
+        bell = self._bell if peer < 0 else None  # only reads are rung ahead
         try:
             while True:
                 u[flag_idx] = 1
                 fence()
                 expected = u[widx]  # read before ready(): a change in between makes WAIT return
+                if bell is not None:
+                    rung = bell[0][bell[1]]
                 if ready():
                     return
                 if u[_H_CLOSED // 4]:
@@ -216,10 +230,40 @@ class _Endpoint:
                     if rem <= 0:
                         raise ChannelTimeoutError(f"channel {self.name}: {what} timed out "
                                                   f"after {timeout} s")
-                if not futex_wait(addr, expected, rem):
-                    self._check_peer(peer)  # a whole slice without a wake-up: peer alive?
+                if bell is None:
+                    if not futex_wait(addr, expected, rem):
+                        self._check_peer(peer)  # a whole slice without a wake-up: peer alive?
+                    continue
+                woke = futex_wait2(addr, expected, bell[2], rung, rem)
+                if bell[0][bell[1]] != rung and self._spin_after_bell(ready):
+                    return
+                if not woke:
+                    self._check_peer(peer)
         finally:
             u[flag_idx] = 0  # also on an interrupt: a stale flag would cost the peer syscalls
+
+    def _spin_after_bell(self, ready: Any) -> bool:
+        """Rung ahead of the data: spin (yielding) up to ``BELL_SPIN_S`` for it to arrive.
+
+        The waiting flag stays set meanwhile, so a writer that publishes now also wakes us
+        at worst one syscall late. Returns True once ``ready()``.
+        """
+        end = time.perf_counter() + BELL_SPIN_S
+        u = self._u
+        while time.perf_counter() < end:
+            if ready():
+                return True
+            if u[_H_CLOSED // 4]:
+                return False  # the sleep loop raises for a closed channel
+            os.sched_yield()
+        return ready()
+
+    def set_bell(self, bells: Any, depth: int) -> None:
+        """Also wake (and spin) when bell ``depth`` of ``bells`` rings (``bell.Bells``);
+        needs ``futex_waitv`` (``HAVE_WAITV``), else ignored."""
+        if HAVE_WAITV:
+            addr, idx = bells.address(depth)
+            self._bell = (bells.u, idx, addr)
 
     def _peer_identity(self, peer: int) -> tuple[int, int, int, str]:
         if peer < 0:
@@ -356,9 +400,16 @@ class ShmRingWriter(_Endpoint):
         off = 16 * n + plen
         offs = []
         big = False
-        for r in raws:
+        # A large buffer that is a zero-copy view of another block travels as a reference
+        # to it (see ``forward``); the value then needs a block of ours to track its readers.
+        refs = [find_ref(r) if r.nbytes >= self._zc_min else None for r in raws] if n else []
+        for r, ref in zip(raws, refs, strict=True):
             off = _a64(off)
             offs.append(off)
+            if ref is not None:
+                off += record_size(ref[0])
+                big = True
+                continue
             off += r.nbytes
             if r.nbytes >= self._zc_min:
                 big = True
@@ -381,10 +432,18 @@ class ShmRingWriter(_Endpoint):
         try:
             if n:
                 table = []
-                for o, r in zip(offs, raws, strict=True):
-                    table += (o, r.nbytes)
-                    copy_into(mv, p + o, r, r.nbytes)
+                kept = []
+                for o, r, ref in zip(offs, raws, refs, strict=True):
+                    if ref is None:
+                        table += (o, r.nbytes)
+                        copy_into(mv, p + o, r, r.nbytes)
+                    else:
+                        table += (o | FOREIGN, r.nbytes)
+                        pack_record(mv, p + o, ref[0], ref[1])
+                        kept.append(r)  # keeps our own upstream borrow alive
                 struct.pack_into(f"<{2 * n}Q", mv, p, *table)
+                if kept and blk is not None:
+                    self._pool.hold(blk, kept)
             mv[p + 16 * n:p + 16 * n + plen] = data
             _SLOT_HDR.pack_into(self._mv, base, layout, n, seq, plen, bid, total)
         except BaseException:
@@ -512,6 +571,7 @@ class ShmRingReader(_Endpoint):
         self._cur = (_R_BASE + _R_STRIDE * reader_index) // 8
         self._flag = (_R_BASE + _R_STRIDE * reader_index + 8) // 4
         self._blocks = BlockCache(name, limit=2 * self.slots + 8)
+        self._foreign: ForeignCache | None = None  # blocks of other rings, by reference
         self._holds: dict[int, int] = {}  # block id -> live zero-copy carriers
         self._me = weakref.ref(self)  # what borrow callbacks hold (never the reader itself)
         self._slot_hold: tuple[int, int] | None = None  # (seq, block id) read, not consumed
@@ -611,23 +671,43 @@ class ShmRingReader(_Endpoint):
                 return loads(mv[p:p + plen], [])
             t = struct.unpack_from(f"<{2 * n}Q", mv, p)
             carrier = np.frombuffer(seg.mm, dtype=np.uint8, count=total, offset=seg.HEADER + p)
-            self._borrow(carrier, seg, u, bid)
+            self._borrow(carrier, seg, u, bid, (seg.name, seg.HEADER + p))
             cmv = memoryview(carrier)
-            bufs = [cmv[t[2 * k]:t[2 * k] + t[2 * k + 1]] for k in range(n)]
+            bufs = []
+            for k in range(n):
+                o, nb = t[2 * k], t[2 * k + 1]
+                if not o & FOREIGN:
+                    bufs.append(cmv[o:o + nb])
+                    continue
+                # Forwarded by reference: view the upstream block; our busy word in *this*
+                # block keeps the forwarder's hold on it until the view dies.
+                name, foff = unpack_record(mv, p + (o & ~FOREIGN))
+                if self._foreign is None:
+                    self._foreign = ForeignCache()
+                fc = self._foreign.view(name, foff, nb, BLOCK_MAGIC)
+                self._borrow(fc, seg, u, bid, (name, foff))
+                bufs.append(memoryview(fc))
             return loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
         except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
             return decode_error(self.name, seq, e)
 
-    def _borrow(self, carrier: np.ndarray, seg: Segment, u: memoryview, bid: int) -> None:
+    def _borrow(self, carrier: np.ndarray, seg: Segment, u: memoryview, bid: int,
+                where: tuple[str, int]) -> None:
         """Count ``carrier`` as a live view of block ``bid`` until it dies (``u`` stays
-        valid while referenced: the cache never releases it, see ``BlockCache``)."""
+        valid while referenced: the cache never releases it, see ``BlockCache``).
+
+        ``where`` (segment name, file offset of the carrier's first byte) registers the
+        carrier for forwarding, so writing it on unchanged sends a reference.
+        """
         blocks = self._blocks
         me = self._me
         with blocks.lock:
             self._holds[bid] = self._holds.get(bid, 0) + 1
+        token = register_ref(carrier, *where)
 
         def _released(ref: weakref.ref) -> None:
             _BORROWS.pop(id(ref), None)
+            unregister_ref(token)
             rd = me()
             if rd is None:
                 return
@@ -676,6 +756,8 @@ class ShmRingReader(_Endpoint):
         self._final_pos = self._q[self._cur]
         with self._blocks.lock:
             self._blocks.close()
+            if self._foreign is not None:
+                self._foreign.close()
         self._release_views()
         self._seg.close()
         self._seg = None  # type: ignore[assignment]

@@ -23,6 +23,7 @@ def test_run_json_with_example_inputs(ray_cluster, tmp_path, capsys):
     assert 0 < out["latency_us"]["p50"] <= out["latency_us"]["p99"]
     assert out["host_channels"] == {"shm": 6, "tcp": 0}  # one broadcast input, 3+1+1 others
     assert out["throughput_per_s"] > 0 and out["setup_s"] > 0
+    assert 0 <= out["ray_start_s"] < out["setup_s"]  # Ray already up here: joining is quick
 
 
 def test_run_plain_text_and_multi_output(ray_cluster, tmp_path, capsys):
