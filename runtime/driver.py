@@ -10,14 +10,17 @@ Semantics (Ray Compiled Graph's where they are right):
 - **Fail-fast across one execution's outputs.** An execution is complete when every output
   has been read or when one of them is an error; then every ref of that execution raises
   that error (the siblings' values are still read later, so positions never shift).
-  Outputs are read in output order.
+  While several outputs of an execution are pending, the driver waits on the first and
+  polls the others between short slices, so an error in any output is seen within
+  ``_SLICE_MAX`` (20 ms) however slow its siblings are.
 - **Capacity.** At most ``capacity`` executions are in flight (submitted, with some output
   not read yet). At capacity ``execute()`` either reads the oldest result into the buffer,
   waiting up to the submit timeout (``at_capacity="wait"``, cgc's default), or raises
   ``CapacityExceededError`` at once (``"raise"``, Ray's behaviour).
 - **Buffered results** (read for refs not fetched yet) are bounded by
-  ``max_buffered_results`` on every path: ``get()`` of execution N raises
-  ``ResultBufferFullError`` instead of buffering without bound; ``execute()`` waits.
+  ``max_buffered_results`` on every path, counting the execution being read (Ray's
+  count): ``get()`` of execution N raises ``ResultBufferFullError`` instead of buffering
+  without bound; ``execute()`` waits.
 
 Locks: ``_submit_lock`` (input writes) and ``_read_lock`` (output reads, the result
 buffer), always taken in that order, so a thread waiting for a result never blocks another
@@ -68,6 +71,11 @@ __all__ = ["CompiledGraph"]
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _atexit_registered = False
 _MISSING = object()
+# While several outputs of one execution are pending, the driver waits on the first for a
+# slice of time this long (doubling from MIN) and then polls the others: an error in any
+# output is noticed within _SLICE_MAX however slow its siblings are.
+_SLICE_MIN = 0.001
+_SLICE_MAX = 0.02
 
 
 def _teardown_all() -> None:
@@ -396,22 +404,54 @@ class CompiledGraph:
             ChannelTimeoutError: the deadline passed (nothing is lost: reads resume later).
             ResultBufferFullError: completing ``e`` would buffer too many earlier results.
         """
-        ends = self.endpoints
-        pos = ends.positions
+        pos = self.endpoints.positions
+        slice_s = 0.0
         while True:
             rec = self._recs.get(e)
             if rec is not None and rec.done:
                 return rec
             if self._closing:
                 raise self._down_error()
-            k = next(i for i in range(len(pos)) if pos[i] <= e)
-            full = self._buffer_full() if pos[k] < e and pos[k] not in self._recs else ""
-            if full:
-                raise ResultBufferFullError(
-                    f"graph {self.name!r}: fetching execution {e} would buffer more earlier "
-                    f"results than allowed ({full}); get() or drop the refs of executions "
-                    f"{pos[k]}..{e - 1} first")
+            behind = [i for i in range(len(pos)) if pos[i] <= e]
+            for k in behind:
+                self._check_room(k, e)
+            if len(behind) == 1:
+                self._read_into(behind[0], deadline)
+                continue
+            # Several outputs are behind: an error in any of them completes e, so never
+            # block on one alone (fail-fast without waiting for the slowest output).
+            slice_s = min(slice_s * 2, _SLICE_MAX) if slice_s else _SLICE_MIN
+            t_end = time.monotonic() + slice_s
+            self._read_some(behind[0], t_end if deadline is None else min(deadline, t_end))
+            for k in behind[1:]:
+                self._read_some(k, 0.0)
+            if deadline is not None and time.monotonic() >= deadline:
+                rec = self._recs.get(e)
+                if rec is not None and rec.done:
+                    return rec
+                raise ChannelTimeoutError(f"execution {e} not complete")
+
+    def _check_room(self, k: int, e: int) -> None:
+        """Raise if reading output reader ``k``'s next value would buffer one result too
+        many while execution ``e`` is fetched (read lock held)."""
+        pos = self.endpoints.positions
+        # The record being completed counts too (as in Ray): with a limit of N, at most
+        # N - 1 earlier results can wait while execution e is read.
+        full = self._buffer_full() if pos[k] not in self._recs else ""
+        if full:
+            waiting = sorted(x for x, r in self._recs.items() if x < e and r.refs > 0)
+            raise ResultBufferFullError(
+                f"graph {self.name!r}: fetching execution {e} would buffer more "
+                f"results than allowed ({full}; {len(self._recs)} held now); get() or "
+                f"drop the refs of earlier executions first"
+                + (f" (unfetched: {', '.join(map(str, waiting[:8]))})" if waiting else ""))
+
+    def _read_some(self, k: int, deadline: float) -> None:
+        """``_read_into`` that treats running out of time as "nothing yet"."""
+        try:
             self._read_into(k, deadline)
+        except ChannelTimeoutError:
+            pass
 
     def fetch(self, ref: Ref, timeout: float | None) -> Any:
         """The value of ``ref`` (``Ref.get`` calls this); see ``Ref.get`` for errors."""

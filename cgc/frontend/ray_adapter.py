@@ -17,7 +17,7 @@ import importlib
 import warnings
 from typing import Any
 
-from cgc.errors import CompileError
+from cgc.errors import CompileError, UnsupportedNodeError
 from cgc.frontend import ray_private as rp
 from cgc.frontend.actors import ACTOR_OPTIONS, ExternalSpec, LazyActor
 from cgc.frontend.collectives import CollectiveGroup, CollectiveNode, ReduceOp
@@ -153,10 +153,11 @@ class _Converter:
         elif isinstance(n, dag.ClassMethodNode):
             out = self._method_node(n, loc)
         elif isinstance(n, dag.FunctionNode):
-            raise CompileError(
-                f"{loc.short()}: {rp.actor_body(n).__name__}: Ray remote functions "
-                "(FunctionNode) cannot be compiled, only actor methods; make "
-                "the function a method of an actor",
+            # A NotImplementedError too, as in Ray Compiled Graph.
+            raise UnsupportedNodeError(
+                f"{loc.short()}: {rp.actor_body(n).__name__}: only actor method calls can "
+                "be compiled, and this is a Ray remote function (FunctionNode); make the "
+                "function a method of an actor",
                 loc=loc.short(),
             )
         else:
@@ -299,7 +300,8 @@ def convert_output(output: Any) -> Any:
     Example: ``trace(convert_output(ray_dag))`` is what ``trace(ray_dag)`` does.
 
     Raises:
-        CompileError: Ray remote functions or other node kinds a plan cannot hold.
+        UnsupportedNodeError: a Ray remote function (a ``NotImplementedError`` too).
+        CompileError: other node kinds a plan cannot hold.
         RayVersionError: the installed Ray lacks an internal the adapter reads (the
             message names it and the Ray version).
     """
