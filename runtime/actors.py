@@ -3,8 +3,12 @@
 Three ways to get an actor class:
 
 1. the in-process side table (``cgc.compile(dag)`` passes the classes): ``ray.remote(cls)``;
-2. ``ClassRef.module``/``qualname`` importable on the driver: the same;
-3. otherwise (embedded model source, or a module only the actors can import): the actor is
+2. a class carried by value (``ClassRef.pickled_class``: a class of a script's, a
+   notebook's or ``python -c``'s ``__main__``) unpickled on the driver, after the trust
+   gate: the same (Ray then ships it to its actor by value too, never by re-running the
+   script);
+3. ``ClassRef.module``/``qualname`` importable on the driver: the same;
+4. otherwise (embedded model source, or a module only the actors can import): the actor is
    an ``ActorHost`` that builds the module *inside the actor process* (``__name__`` is
    ``ClassRef.module``, never ``"__main__"``) and holds the user object. The Ray actor class
    is a subclass made for that user class and named like it (``host_class``), so Ray shows
@@ -226,6 +230,20 @@ def _module_hidden_from_workers(cls: Any) -> Any:
     return mod
 
 
+def _unpickle_class(actor: pb.Actor, cloudpickle: Any) -> Any:
+    """The class a plan carries by value (only called after the plan's trust gate)."""
+    try:
+        cls = cloudpickle.loads(actor.cls.pickled_class)
+    except Exception as exc:  # noqa: BLE001 - whatever unpickling raises: name the actor
+        raise SetupError(
+            f"actor {actor.name}: its class {actor.cls.qualname} (carried by value) cannot "
+            f"be unpickled here: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(_unwrap(cls), type):
+        raise SetupError(f"actor {actor.name}: the pickled class {actor.cls.qualname} "
+                         f"unpickled to a {type(cls).__name__}, not a class")
+    return cls
+
+
 def make_actors(
     plan: Any, drop_gpus: bool, graph_id: str = ""
 ) -> tuple[dict[str, Any], set[str]]:
@@ -252,6 +270,8 @@ def make_actors(
         opts = _options(actor, drop_gpus)
         opts.setdefault("name", ray_actor_name(plan.proto.name, actor.name, graph_id))
         cls = plan.classes.get(actor.name)
+        if cls is None and actor.cls.pickled_class:
+            cls = _unpickle_class(actor, cloudpickle)
         embedded = embedded_modules.get(actor.cls.module)
         if cls is None and embedded is None:
             try:
