@@ -39,7 +39,7 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
-from cgc.runtime.embedded import register
+from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
 
 __all__ = ["ActorHost", "host_class", "ray_actor_name", "user_object", "make_actors", "load_class"]
@@ -86,8 +86,12 @@ class ActorHost:
     pickled constructor args are decoded after the module they may refer to exists.
     """
 
-    def __init__(self, actor_bytes: bytes, module_bytes: bytes = b"") -> None:
+    def __init__(self, actor_bytes: bytes, module_bytes: bytes = b"",
+                 other_modules: bytes = b"") -> None:
         actor = pb.Actor.FromString(actor_bytes)
+        # The plan's other modules first (the model's sibling helpers.py): the class's
+        # module may import them while it loads.
+        register(plan_modules(pb.Plan(graph=pb.Graph.FromString(other_modules))))
         source = file = ""
         if module_bytes:
             embedded = pb.EmbeddedModule.FromString(module_bytes)
@@ -263,6 +267,7 @@ def make_actors(
     created: set[str] = set()
     graph_id = graph_id or uuid.uuid4().hex[:8]
     embedded_modules = {m.name: m for m in plan.proto.graph.modules}
+    other_modules = pb.Graph(modules=plan.proto.graph.modules).SerializeToString()
     for actor in plan.proto.graph.actors:
         if actor.external.name or actor.external.actor_id:
             handles[actor.name] = _bind_external(plan, actor)
@@ -284,7 +289,7 @@ def make_actors(
             rc = _remote_class(_unwrap(cls))
         else:
             module_bytes = embedded.SerializeToString() if embedded is not None else b""
-            args, kwargs = [actor.SerializeToString(), module_bytes], {}
+            args, kwargs = [actor.SerializeToString(), module_bytes, other_modules], {}
             rc = _remote_class(host_class(actor.cls.qualname))
         by_value = _module_hidden_from_workers(cls) if cls is not None else None
         try:
