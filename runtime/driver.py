@@ -66,7 +66,7 @@ from cgc.runtime.errors import (
 )
 from cgc.runtime.refs import Ref
 
-__all__ = ["CompiledGraph"]
+__all__ = ["CompiledGraph", "live_graphs"]
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _atexit_registered = False
@@ -76,6 +76,14 @@ _MISSING = object()
 # output is noticed within _SLICE_MAX however slow its siblings are.
 _SLICE_MIN = 0.001
 _SLICE_MAX = 0.02
+
+
+def live_graphs() -> list[CompiledGraph]:
+    """The graphs of this process that are started and not torn down.
+
+    Example: ``assert not live_graphs()`` after every ``with plan.start() as g:`` block.
+    """
+    return [g for g in list(_LIVE) if not g.closing]
 
 
 def _teardown_all() -> None:
