@@ -76,6 +76,11 @@ _MISSING = object()
 # output is noticed within _SLICE_MAX however slow its siblings are.
 _SLICE_MIN = 0.001
 _SLICE_MAX = 0.02
+# The hang report of a get() timeout is made within the timeout: its last quarter, between
+# 0.1 and 0.5 s (and at most half of it).
+_REPORT_SHARE = 0.25
+_REPORT_MIN = 0.1
+_REPORT_MAX = 0.5
 
 
 def live_graphs() -> list[CompiledGraph]:
@@ -471,10 +476,7 @@ class CompiledGraph:
             raise self._timeout_error(e, timeout)
         try:
             self._drain_drops()
-            try:
-                rec = self._complete(e, deadline)
-            except ChannelTimeoutError:
-                raise self._timeout_error(e, timeout) from None
+            rec = self._complete_or_report(e, deadline, timeout)
             value = rec.error
             if value is None:
                 value = rec.vals[self.endpoints.out_index[ref.output_index]]
@@ -492,21 +494,46 @@ class CompiledGraph:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor(), ref.get)
 
-    def _timeout_error(self, e: int, timeout: float | None) -> GetTimeoutError:
-        rows = self.where_blocked()
+    def _complete_or_report(self, e: int, deadline: float | None,
+                            timeout: float | None) -> _Exec:
+        """``_complete``, raising ``GetTimeoutError`` with a hang report at the deadline.
+
+        Why the budget: asking the actors where they are takes a moment; it is taken out
+        of the timeout (the last ``_REPORT_SHARE`` of it, at most ``_REPORT_MAX``), and the
+        channels are read again until the deadline, so get() never overruns its timeout.
+        """
+        budget = 0.0
+        if deadline is not None and timeout and self.monitor is not None:
+            budget = min(_REPORT_MAX, max(_REPORT_MIN, _REPORT_SHARE * timeout), timeout / 2)
+        try:
+            return self._complete(e, None if deadline is None else deadline - budget)
+        except ChannelTimeoutError:
+            pass
+        # No budget (a zero timeout: a poll, or no monitor): no report rather than a late one.
+        rows = self.where_blocked(timeout=budget) if budget else []
+        try:
+            return self._complete(e, deadline)
+        except ChannelTimeoutError:
+            raise self._timeout_error(e, timeout, rows) from None
+
+    def _timeout_error(self, e: int, timeout: float | None,
+                       rows: list[dict[str, Any]] | None = None) -> GetTimeoutError:
+        if rows is None:
+            rows = self.where_blocked()
         err = GetTimeoutError(
             f"graph {self.name!r}: execution {e} not ready after {timeout} s (get timeout)"
             + (";\n" + format_blocked(rows) if rows else ""))
         err.blocked = rows
         return err
 
-    def where_blocked(self) -> list[dict[str, Any]]:
+    def where_blocked(self, timeout: float = 1.0) -> list[dict[str, Any]]:
         """Where each actor's loop is: rows ``{"actor", "execution", "op", "token",
-        "waiting"}`` (empty when unknown)."""
+        "waiting"}`` (empty when unknown); actors that do not answer within ``timeout``
+        seconds are marked so."""
         if self.monitor is None:
             return []
         try:
-            return self.monitor.where_blocked(timeout=1.0)
+            return self.monitor.where_blocked(timeout=max(timeout, 0.01))
         except Exception:  # noqa: BLE001 - a report must not hide the timeout
             return []
 
