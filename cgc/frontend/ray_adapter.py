@@ -14,6 +14,9 @@ are read only through ``ray_private``; a Ray release without them gives a
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -283,7 +286,25 @@ def _named(handle: Any) -> tuple[str, str]:
     return "", ""
 
 
+def _is_running_script(module: str) -> bool:
+    """Whether importing ``module`` would run the script this process runs as ``__main__``
+    (Ray names a script's classes by the script's file name: ``prog`` for prog.py)."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not main_file or module in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    origin = getattr(spec, "origin", None)
+    return bool(origin) and os.path.realpath(origin) == os.path.realpath(main_file)
+
+
 def _import_class(module: str, qualname: str) -> Any:
+    if _is_running_script(module):
+        # Importing it would run the script's top level a second time; its classes are
+        # in __main__ under the same names.
+        module = "__main__"
     try:
         obj: Any = importlib.import_module(module)
         for part in qualname.split("."):
