@@ -296,8 +296,8 @@ def _is_running_script(module: str) -> bool:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         return False
-    origin = getattr(spec, "origin", None)
-    return bool(origin) and os.path.realpath(origin) == os.path.realpath(main_file)
+    origin: str | None = getattr(spec, "origin", None)
+    return origin is not None and os.path.realpath(origin) == os.path.realpath(main_file)
 
 
 def _import_class(module: str, qualname: str) -> Any:
