@@ -85,7 +85,7 @@ def install() -> None:
         sites.enter_context(record_ray_bind_sites())
         _state["original"] = DAGNode.__dict__["experimental_compile"]
         _state["sites"] = sites
-        DAGNode.experimental_compile = _experimental_compile  # type: ignore[method-assign]
+        DAGNode.experimental_compile = _experimental_compile
     # Close the recorder before interpreter teardown, while its module is still whole.
     atexit.register(uninstall)
 
@@ -100,7 +100,7 @@ def uninstall() -> None:
     with _LOCK:
         if not _state:
             return
-        DAGNode.experimental_compile = _state.pop("original")  # type: ignore[method-assign]
+        DAGNode.experimental_compile = _state.pop("original")
         _state.pop("sites").close()
 
 
