@@ -71,6 +71,10 @@ class Monitor:
         import ray
 
         while not self._stop.is_set() and self.waiters:
+            if not ray.is_initialized():
+                # ray.shutdown() under a running graph: stop. A Ray call now would start a
+                # new local Ray (Ray initializes itself on first use), racing the user's.
+                return
             ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
             if not ready or self._stop.is_set() or self.graph.closing:
                 continue
