@@ -28,7 +28,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.errors import PlacementError, SetupError
 
 __all__ = ["RayInfo", "ensure_ray", "actor_demand", "plan_totals", "check_placement",
-           "gpu_notice"]
+           "gpu_notice", "ray_session"]
 
 log = logging.getLogger("cgc.runtime")
 
@@ -130,6 +130,26 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
     # plan for more GPUs than the machine has still runs (e.g. a 2-GPU plan on one GPU).
     drop = not declared or (has_gpus and communicator == "cpu")
     return RayInfo(started, has_gpus, drop, ray.get_runtime_context().get_node_id(), logical)
+
+
+def ray_session() -> str:
+    """Which Ray connection this process has now ("" when none): the driver's node and job.
+
+    Why: a graph's actor handles belong to the connection it started in. After
+    ``ray.shutdown()`` (and perhaps a new ``ray.init()``), tearing the graph down must not
+    touch them: a call would start a new Ray, or reach into another cluster.
+
+    Example: ``ray_session() == graph.ray_session`` while the graph's Ray is still up.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return ""
+    try:
+        ctx = ray.get_runtime_context()
+        return f"{ctx.get_node_id()}:{ctx.get_job_id()}"
+    except Exception:  # noqa: BLE001 - shutting down right now
+        return ""
 
 
 _LOGICAL: dict[str, bool] = {}  # whether this process's local Ray has logical GPUs only

@@ -139,6 +139,7 @@ class CompiledGraph:
         self.comm_bindings: dict[int, Any] = {}
         self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
         self.monitor: Any = None
+        self.ray_session = ""  # cluster.ray_session() when started: whose handles these are
         self.endpoints = DriverEndpoints(plan.proto)
         g = plan.proto.graph
         self._npos = g.num_positional

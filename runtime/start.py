@@ -121,7 +121,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
         PlacementError, SetupError.
     """
     from cgc.runtime.actors import make_actors
-    from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice
+    from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice, ray_session
     from cgc.verify import verify_plan
 
     t0 = time.perf_counter()
@@ -146,6 +146,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     sweep_dead_segments()
     gid = uuid.uuid4().hex[:10]
     graph = CompiledGraph(plan, gid, new_graph_prefix(), cfg)
+    graph.ray_session = ray_session()
     secret = new_graph_secret()
     deadline = time.monotonic() + cfg.setup_timeout
     try:
