@@ -300,3 +300,10 @@ def test_uninstall_gives_ray_its_method_back():
     finally:
         cgc.ray_compat.install()
     assert DAGNode.experimental_compile is patched
+
+
+def test_a_communicator_object_is_refused_before_anything_starts(counter):
+    with InputNode() as inp:
+        dag = counter.echo.bind(inp)
+    with pytest.raises(NotImplementedError, match="cgc binds its own communicators"):
+        dag.experimental_compile(_default_communicator=object())
