@@ -66,6 +66,23 @@ def _experimental_compile(
     )
 
 
+def _no_serialization(obj: Any) -> Any:
+    raise TypeError(f"{type(obj).__name__}: a compiled graph's ref cannot be serialized "
+                    "(put in the object store or passed to a Ray task)")
+
+
+def _refuse_ray_serialization(on: bool) -> None:
+    """Ray's serializer refuses its own ref types by exact type; refuse ours the same way
+    (``ray.put([ref])`` is then a TypeError, as in Ray, not the pickling ValueError)."""
+    from ray import cloudpickle
+
+    for cls in (CgcDAGRef, CgcDAGFuture):
+        if on:
+            cloudpickle.CloudPickler.dispatch[cls] = _no_serialization
+        else:
+            cloudpickle.CloudPickler.dispatch.pop(cls, None)
+
+
 def install() -> None:
     """Make ``ray.dag.DAGNode.experimental_compile`` compile with cgc; idempotent.
 
@@ -86,6 +103,7 @@ def install() -> None:
         _state["original"] = DAGNode.__dict__["experimental_compile"]
         _state["sites"] = sites
         DAGNode.experimental_compile = _experimental_compile
+        _refuse_ray_serialization(True)
     # Close the recorder before interpreter teardown, while its module is still whole.
     atexit.register(uninstall)
 
@@ -102,6 +120,7 @@ def uninstall() -> None:
             return
         DAGNode.experimental_compile = _state.pop("original")
         _state.pop("sites").close()
+        _refuse_ray_serialization(False)
 
 
 def installed() -> bool:

@@ -233,6 +233,8 @@ def test_refs_refuse_what_ray_refuses(counter, compiled):
         pickle.dumps(ref)
     with pytest.raises(TypeError, match="cannot be used as Ray task/actor argument"):
         counter.echo.remote(ref)
+    with pytest.raises(TypeError, match="cannot be serialized"):
+        ray.put([ref])
     assert ray.get(ref) == 1
     with pytest.raises(ValueError, match="already called"):
         ray.get(ref)
