@@ -48,6 +48,29 @@ def _store_examples(
         proto.needs_trust |= pickled
 
 
+def _embed_siblings(proto: pb.Plan, model: Any) -> None:
+    """Carry the local modules the model file imports from its folder (``helpers.py``),
+    so the plan runs from any folder. Only when the plan embeds the model already, or an
+    actor's class lives in such a module: otherwise no plan code imports them, and a plan
+    of installed classes stays one that needs no trust."""
+    from cgc import model_file as mf
+
+    g = proto.graph
+    siblings = mf.sibling_modules(model)
+    local = {n.split(".")[0] for n, _, _ in siblings}
+    if not g.modules and not any(a.cls.module.split(".")[0] in local for a in g.actors
+                                 if not a.external.name and not a.external.actor_id):
+        return
+    have = {m.name for m in g.modules}
+    extra = [pb.EmbeddedModule(name=n, source=src, source_file=f)
+             for n, src, f in siblings if n not in have]
+    proto.needs_trust = True
+    if extra:
+        every = sorted([*g.modules, *extra], key=lambda m: m.name)
+        del g.modules[:]
+        g.modules.extend(every)
+
+
 def _capacity(capacity: int | None, max_inflight: int | None) -> int | None:
     if max_inflight is None:
         return capacity
@@ -113,6 +136,7 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     if _model is not None:
         proto.source.file = _model.path.name
         proto.source.attr = _model.attr
+        _embed_siblings(proto, _model)
     _store_examples(proto, example_inputs, example_kwargs, allow_pickle)
     options = passes.LowerOptions(
         overlap=overlap,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cgc.plan_schema.errors import EXIT_INVALID_INPUT, CgcError
 
-__all__ = ["CompileError", "RayVersionError"]
+__all__ = ["CompileError", "RayVersionError", "UnsupportedNodeError"]
 
 
 class CompileError(CgcError):
@@ -59,4 +59,18 @@ class RayVersionError(CompileError):
 
         RayVersionError("the installed Ray 3.0.0 has no <internal>, which cgc's Ray DAG "
                         "adapter uses (it was written for Ray 2.60); install ...")
+    """
+
+
+class UnsupportedNodeError(CompileError, NotImplementedError):
+    """The graph holds a node kind cgc cannot compile (a Ray remote function's
+    ``FunctionNode``, say). Also a ``NotImplementedError``, which is what Ray Compiled
+    Graph raises for it, so code written for Ray catches it unchanged.
+
+    Example::
+
+        try:
+            cgc.compile(f.bind(inp))        # f is a @ray.remote function
+        except NotImplementedError as exc:
+            print(exc)                      # names the function and its bind line
     """

@@ -8,6 +8,7 @@ node. If it defines ``example_inputs()``, that returns one execution's positiona
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import sys
@@ -28,6 +29,7 @@ __all__ = [
     "graph_output",
     "example_inputs",
     "example_kwargs",
+    "sibling_modules",
 ]
 
 DEFAULT_ATTR = "build_dag"
@@ -188,3 +190,82 @@ def _is_dag_node(obj: Any) -> bool:
     # Ray's DAG nodes and cgc's nodes are callable-free objects, but be explicit: a node
     # is never called to produce the graph.
     return type(obj).__module__.startswith("cgc.frontend") or is_ray_dag_object(obj)
+
+
+def _imported_names(source: str, filename: str, package: str = "") -> set[str]:
+    """Dotted module names a source imports (relative imports resolved against
+    ``package``); read with ``ast``, nothing runs."""
+    names: set[str] = set()
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError:
+        return names  # importing it failed already; nothing to add here
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join(p for p in [*parts, base] if p)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names if base)
+    return names
+
+
+def sibling_modules(model: ModelFile) -> list[tuple[str, str, str]]:
+    """The local modules a model file imports from its own folder, for the plan to carry:
+    ``(module name, source, file name relative to the folder)``, sorted by name. Followed
+    transitively; a package is taken whole.
+
+    Why: the plan embeds the model file, and the actors (or ``cgc run`` started in another
+    folder) cannot import ``helpers.py`` that only sits next to it.
+
+    Example: a model doing ``import helpers`` gives ``[("helpers", "<source>", "helpers.py")]``.
+
+    Raises:
+        CompileError: an imported local module cannot travel as source (an extension
+            module, or a folder without ``__init__.py``); the message names it.
+    """
+    folder = model.path.resolve().parent
+    found: dict[str, tuple[str, str]] = {}
+    todo = [(model.path.read_text(encoding="utf-8"), model.path.name, "")]
+    while todo:
+        source, filename, package = todo.pop()
+        for dotted in sorted(_imported_names(source, filename, package)):
+            top = dotted.split(".")[0]
+            if not top or top in found or top == model.path.stem and not package:
+                continue
+            for path, name, pkg in _local_files(folder, top, model.path):
+                text = path.read_text(encoding="utf-8")
+                found[name] = (text, str(path.relative_to(folder)))
+                todo.append((text, found[name][1], pkg))
+    return [(name, *found[name]) for name in sorted(found)]
+
+
+def _local_files(folder: Path, top: str, model_path: Path) -> list[tuple[Path, str, str]]:
+    """(file, module name, package) for a top-level name found in ``folder``; [] if none."""
+    single = folder / f"{top}.py"
+    if single.is_file() and single.resolve() != model_path.resolve():
+        return [(single, top, "")]
+    pkg_dir = folder / top
+    if (pkg_dir / "__init__.py").is_file():
+        out = []
+        for path in sorted(pkg_dir.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            rel = path.relative_to(folder).with_suffix("").parts
+            is_init = rel[-1] == "__init__"
+            name = ".".join(rel[:-1] if is_init else rel)
+            out.append((path, name, name if is_init else ".".join(rel[:-1])))
+        return out
+    native = sorted(p.name for p in folder.glob(f"{top}.*")
+                    if p.suffix in (".so", ".pyd") or p.name.endswith(".pyc"))
+    if native or pkg_dir.is_dir() and any(pkg_dir.glob("*.py")):
+        what = native[0] if native else f"{top}/ (a folder without __init__.py)"
+        raise CompileError(
+            f"{model_path}: imports the local module {top!r} ({what}), which cannot travel "
+            "inside the plan as source; install it as a package (pip install -e) or turn it "
+            "into a .py file / a package with __init__.py")
+    return []

@@ -3,8 +3,12 @@
 Three ways to get an actor class:
 
 1. the in-process side table (``cgc.compile(dag)`` passes the classes): ``ray.remote(cls)``;
-2. ``ClassRef.module``/``qualname`` importable on the driver: the same;
-3. otherwise (embedded model source, or a module only the actors can import): the actor is
+2. a class carried by value (``ClassRef.pickled_class``: a class of a script's, a
+   notebook's or ``python -c``'s ``__main__``) unpickled on the driver, after the trust
+   gate: the same (Ray then ships it to its actor by value too, never by re-running the
+   script);
+3. ``ClassRef.module``/``qualname`` importable on the driver: the same;
+4. otherwise (embedded model source, or a module only the actors can import): the actor is
    an ``ActorHost`` that builds the module *inside the actor process* (``__name__`` is
    ``ClassRef.module``, never ``"__main__"``) and holds the user object. The Ray actor class
    is a subclass made for that user class and named like it (``host_class``), so Ray shows
@@ -35,7 +39,7 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
-from cgc.runtime.embedded import register
+from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
 
 __all__ = ["ActorHost", "host_class", "ray_actor_name", "user_object", "make_actors", "load_class"]
@@ -82,8 +86,12 @@ class ActorHost:
     pickled constructor args are decoded after the module they may refer to exists.
     """
 
-    def __init__(self, actor_bytes: bytes, module_bytes: bytes = b"") -> None:
+    def __init__(self, actor_bytes: bytes, module_bytes: bytes = b"",
+                 other_modules: bytes = b"") -> None:
         actor = pb.Actor.FromString(actor_bytes)
+        # The plan's other modules first (the model's sibling helpers.py): the class's
+        # module may import them while it loads.
+        register(plan_modules(pb.Plan(graph=pb.Graph.FromString(other_modules))))
         source = file = ""
         if module_bytes:
             embedded = pb.EmbeddedModule.FromString(module_bytes)
@@ -226,6 +234,20 @@ def _module_hidden_from_workers(cls: Any) -> Any:
     return mod
 
 
+def _unpickle_class(actor: pb.Actor, cloudpickle: Any) -> Any:
+    """The class a plan carries by value (only called after the plan's trust gate)."""
+    try:
+        cls = cloudpickle.loads(actor.cls.pickled_class)
+    except Exception as exc:  # noqa: BLE001 - whatever unpickling raises: name the actor
+        raise SetupError(
+            f"actor {actor.name}: its class {actor.cls.qualname} (carried by value) cannot "
+            f"be unpickled here: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(_unwrap(cls), type):
+        raise SetupError(f"actor {actor.name}: the pickled class {actor.cls.qualname} "
+                         f"unpickled to a {type(cls).__name__}, not a class")
+    return cls
+
+
 def make_actors(
     plan: Any, drop_gpus: bool, graph_id: str = ""
 ) -> tuple[dict[str, Any], set[str]]:
@@ -245,6 +267,7 @@ def make_actors(
     created: set[str] = set()
     graph_id = graph_id or uuid.uuid4().hex[:8]
     embedded_modules = {m.name: m for m in plan.proto.graph.modules}
+    other_modules = pb.Graph(modules=plan.proto.graph.modules).SerializeToString()
     for actor in plan.proto.graph.actors:
         if actor.external.name or actor.external.actor_id:
             handles[actor.name] = _bind_external(plan, actor)
@@ -252,6 +275,8 @@ def make_actors(
         opts = _options(actor, drop_gpus)
         opts.setdefault("name", ray_actor_name(plan.proto.name, actor.name, graph_id))
         cls = plan.classes.get(actor.name)
+        if cls is None and actor.cls.pickled_class:
+            cls = _unpickle_class(actor, cloudpickle)
         embedded = embedded_modules.get(actor.cls.module)
         if cls is None and embedded is None:
             try:
@@ -264,7 +289,7 @@ def make_actors(
             rc = _remote_class(_unwrap(cls))
         else:
             module_bytes = embedded.SerializeToString() if embedded is not None else b""
-            args, kwargs = [actor.SerializeToString(), module_bytes], {}
+            args, kwargs = [actor.SerializeToString(), module_bytes, other_modules], {}
             rc = _remote_class(host_class(actor.cls.qualname))
         by_value = _module_hidden_from_workers(cls) if cls is not None else None
         try:

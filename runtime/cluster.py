@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.errors import PlacementError, SetupError
 
-__all__ = ["RayInfo", "ensure_ray", "actor_demand", "check_placement", "gpu_notice"]
+__all__ = ["RayInfo", "ensure_ray", "actor_demand", "plan_totals", "check_placement",
+           "gpu_notice", "ray_session"]
 
 log = logging.getLogger("cgc.runtime")
 
@@ -85,6 +86,8 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
     import ray
 
     started = logical = False
+    if ray.is_initialized() and address is None and _OWN.get("ray"):
+        _restart_if_too_small(plan)
     if not ray.is_initialized():
         # Why: under `uv run`, Ray would otherwise rewrite worker commands to use uv.
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -116,6 +119,7 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
             target = f"the Ray cluster at {address!r}" if address else "a local Ray"
             raise SetupError(f"cannot start or join {target}: {exc}") from exc
         started = address is None
+        _OWN["ray"] = started
     if not started and _LOGICAL.get("gpus"):
         logical = True  # the local Ray an earlier start() of this process declared
     declared = ray.cluster_resources().get("GPU", 0) > 0
@@ -128,7 +132,63 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
     return RayInfo(started, has_gpus, drop, ray.get_runtime_context().get_node_id(), logical)
 
 
+def ray_session() -> str:
+    """Which Ray connection this process has now ("" when none): the driver's node and job.
+
+    Why: a graph's actor handles belong to the connection it started in. After
+    ``ray.shutdown()`` (and perhaps a new ``ray.init()``), tearing the graph down must not
+    touch them: a call would start a new Ray, or reach into another cluster.
+
+    Example: ``ray_session() == graph.ray_session`` while the graph's Ray is still up.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return ""
+    try:
+        ctx = ray.get_runtime_context()
+        return f"{ctx.get_node_id()}:{ctx.get_job_id()}"
+    except Exception:  # noqa: BLE001 - shutting down right now
+        return ""
+
+
 _LOGICAL: dict[str, bool] = {}  # whether this process's local Ray has logical GPUs only
+_OWN: dict[str, bool] = {}  # "ray": this process's Ray is the local one cgc started
+
+
+def plan_totals(plan: pb.Plan) -> dict[str, float]:
+    """What all actors the plan creates need together (GPUs kept), by resource.
+
+    Example: two default actors -> ``{"CPU": 2.0}``.
+    """
+    total: dict[str, float] = {}
+    for a in plan.graph.actors:
+        for k, v in actor_demand(a, False).items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def _restart_if_too_small(plan: pb.Plan) -> None:
+    """The local Ray cgc started for an earlier plan was sized for that plan: when this
+    one needs more than it declared and no graph of this process is running, shut it down
+    so that ``ensure_ray`` starts one sized for this plan (a running graph's actors would
+    die with it: then the placement check names what is missing)."""
+    import ray
+
+    from cgc.runtime.driver import live_graphs
+
+    have = ray.cluster_resources()
+    need = plan_totals(plan)
+    fixed = {"memory"} | ({"GPU"} if local_gpu_count() else set())  # not ours to declare
+    short = {k: v for k, v in need.items() if k not in fixed and have.get(k, 0.0) < v}
+    if not short or live_graphs():
+        return
+    log.info("cgc: restarting the local Ray for plan %r (it needs %s; the local Ray, "
+             "started for an earlier plan, has %s)", plan.name, _fmt(short),
+             _fmt({k: have.get(k, 0.0) for k in short}))
+    ray.shutdown()
+    _OWN.clear()
+    _LOGICAL.clear()
 
 
 def gpu_notice(plan: pb.Plan, info: RayInfo, communicator: str = "auto") -> str | None:
@@ -157,38 +217,41 @@ def _fmt(need: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(need.items())) + "}"
 
 
-def check_placement(plan: pb.Plan, drop_gpus: bool, wait_s: float = 15.0) -> None:
+def check_placement(plan: pb.Plan, drop_gpus: bool, wait_s: float = 0.0) -> None:
     """Check every actor the plan creates fits the cluster; name the ones that do not.
 
-    Resources that are only busy now (a graph torn down a moment ago: Ray returns its
-    actors' resources asynchronously) are waited for, up to ``wait_s`` seconds; actors
-    that no node could ever hold fail at once.
+    When the actors fit the nodes but not what is free now, it waits up to ``wait_s``
+    seconds for resources to come free: Ray releases a torn-down graph's actors a moment
+    after ``teardown()`` returns.
 
     Example: joining a CPU-only cluster with a ``num_gpus=1`` actor (and
     ``communicator="nccl"``) raises ``PlacementError: actor w0 needs {CPU: 1, GPU: 1} ...``.
 
     Raises:
-        PlacementError: one line per actor that cannot be placed, with what the nodes have.
+        PlacementError: one line per actor that cannot be placed, with what the nodes have
+            (and, for resources not free, how long it waited).
     """
     import time
 
     deadline = time.monotonic() + wait_s
     while True:
         problems, only_busy = _placement_problems(plan, drop_gpus)
-        if not problems or not only_busy or time.monotonic() >= deadline:
+        if not problems:
+            return
+        if not only_busy or time.monotonic() >= deadline:
             break
-        time.sleep(0.2)
-    if problems:
-        raise PlacementError(
-            f"plan {plan.name!r}: {len(problems)} actor(s) cannot be placed:\n  "
-            + "\n  ".join(problems)
-            + "\n(free resources on the cluster, or change the actors' options and recompile)"
-        )
+        time.sleep(0.1)
+    waited = f" (waited {wait_s:g} s for resources to come free)" if only_busy and wait_s else ""
+    raise PlacementError(
+        f"plan {plan.name!r}: {len(problems)} actor(s) cannot be placed{waited}:\n  "
+        + "\n  ".join(problems)
+        + "\n(free resources on the cluster, or change the actors' options and recompile)"
+    )
 
 
 def _placement_problems(plan: pb.Plan, drop_gpus: bool) -> tuple[list[str], bool]:
-    """One line per actor that does not fit now, and whether all of them only lack
-    resources that are in use (rather than absent from every node)."""
+    """(one line per actor that cannot be placed, whether every one would fit once the
+    cluster's resources are free)."""
     import ray
 
     only_busy = True

@@ -10,14 +10,17 @@ Semantics (Ray Compiled Graph's where they are right):
 - **Fail-fast across one execution's outputs.** An execution is complete when every output
   has been read or when one of them is an error; then every ref of that execution raises
   that error (the siblings' values are still read later, so positions never shift).
-  Outputs are read in output order.
+  While several outputs of an execution are pending, the driver waits on the first and
+  polls the others between short slices, so an error in any output is seen within
+  ``_SLICE_MAX`` (20 ms) however slow its siblings are.
 - **Capacity.** At most ``capacity`` executions are in flight (submitted, with some output
   not read yet). At capacity ``execute()`` either reads the oldest result into the buffer,
   waiting up to the submit timeout (``at_capacity="wait"``, cgc's default), or raises
   ``CapacityExceededError`` at once (``"raise"``, Ray's behaviour).
 - **Buffered results** (read for refs not fetched yet) are bounded by
-  ``max_buffered_results`` on every path: ``get()`` of execution N raises
-  ``ResultBufferFullError`` instead of buffering without bound; ``execute()`` waits.
+  ``max_buffered_results`` on every path, counting the execution being read (Ray's
+  count): ``get()`` of execution N raises ``ResultBufferFullError`` instead of buffering
+  without bound; ``execute()`` waits.
 
 Locks: ``_submit_lock`` (input writes) and ``_read_lock`` (output reads, the result
 buffer), always taken in that order, so a thread waiting for a result never blocks another
@@ -63,11 +66,29 @@ from cgc.runtime.errors import (
 )
 from cgc.runtime.refs import Ref
 
-__all__ = ["CompiledGraph"]
+__all__ = ["CompiledGraph", "live_graphs"]
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _atexit_registered = False
 _MISSING = object()
+# While several outputs of one execution are pending, the driver waits on the first for a
+# slice of time this long (doubling from MIN) and then polls the others: an error in any
+# output is noticed within _SLICE_MAX however slow its siblings are.
+_SLICE_MIN = 0.001
+_SLICE_MAX = 0.02
+# The hang report of a get() timeout is made within the timeout: its last quarter, between
+# 0.1 and 0.5 s (and at most half of it).
+_REPORT_SHARE = 0.25
+_REPORT_MIN = 0.1
+_REPORT_MAX = 0.5
+
+
+def live_graphs() -> list[CompiledGraph]:
+    """The graphs of this process that are started and not torn down.
+
+    Example: ``assert not live_graphs()`` after every ``with plan.start() as g:`` block.
+    """
+    return [g for g in list(_LIVE) if not g.closing]
 
 
 def _teardown_all() -> None:
@@ -121,6 +142,7 @@ class CompiledGraph:
         self.comm_bindings: dict[int, Any] = {}
         self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
         self.monitor: Any = None
+        self.ray_session = ""  # cluster.ray_session() when started: whose handles these are
         self.endpoints = DriverEndpoints(plan.proto)
         self.bells: Any = None  # the doorbells when wake-ahead is on (cgc.runtime.wake)
         self.bell_ahead: list[int] = []  # depths the driver rings at each submit
@@ -425,22 +447,54 @@ class CompiledGraph:
             ChannelTimeoutError: the deadline passed (nothing is lost: reads resume later).
             ResultBufferFullError: completing ``e`` would buffer too many earlier results.
         """
-        ends = self.endpoints
-        pos = ends.positions
+        pos = self.endpoints.positions
+        slice_s = 0.0
         while True:
             rec = self._recs.get(e)
             if rec is not None and rec.done:
                 return rec
             if self._closing:
                 raise self._down_error()
-            k = next(i for i in range(len(pos)) if pos[i] <= e)
-            full = self._buffer_full() if pos[k] < e and pos[k] not in self._recs else ""
-            if full:
-                raise ResultBufferFullError(
-                    f"graph {self.name!r}: fetching execution {e} would buffer more earlier "
-                    f"results than allowed ({full}); get() or drop the refs of executions "
-                    f"{pos[k]}..{e - 1} first")
+            behind = [i for i in range(len(pos)) if pos[i] <= e]
+            for k in behind:
+                self._check_room(k, e)
+            if len(behind) == 1:
+                self._read_into(behind[0], deadline)
+                continue
+            # Several outputs are behind: an error in any of them completes e, so never
+            # block on one alone (fail-fast without waiting for the slowest output).
+            slice_s = min(slice_s * 2, _SLICE_MAX) if slice_s else _SLICE_MIN
+            t_end = time.monotonic() + slice_s
+            self._read_some(behind[0], t_end if deadline is None else min(deadline, t_end))
+            for k in behind[1:]:
+                self._read_some(k, 0.0)
+            if deadline is not None and time.monotonic() >= deadline:
+                rec = self._recs.get(e)
+                if rec is not None and rec.done:
+                    return rec
+                raise ChannelTimeoutError(f"execution {e} not complete")
+
+    def _check_room(self, k: int, e: int) -> None:
+        """Raise if reading output reader ``k``'s next value would buffer one result too
+        many while execution ``e`` is fetched (read lock held)."""
+        pos = self.endpoints.positions
+        # The record being completed counts too (as in Ray): with a limit of N, at most
+        # N - 1 earlier results can wait while execution e is read.
+        full = self._buffer_full() if pos[k] not in self._recs else ""
+        if full:
+            waiting = sorted(x for x, r in self._recs.items() if x < e and r.refs > 0)
+            raise ResultBufferFullError(
+                f"graph {self.name!r}: fetching execution {e} would buffer more "
+                f"results than allowed ({full}; {len(self._recs)} held now); get() or "
+                f"drop the refs of earlier executions first"
+                + (f" (unfetched: {', '.join(map(str, waiting[:8]))})" if waiting else ""))
+
+    def _read_some(self, k: int, deadline: float) -> None:
+        """``_read_into`` that treats running out of time as "nothing yet"."""
+        try:
             self._read_into(k, deadline)
+        except ChannelTimeoutError:
+            pass
 
     def fetch(self, ref: Ref, timeout: float | None) -> Any:
         """The value of ``ref`` (``Ref.get`` calls this); see ``Ref.get`` for errors."""
@@ -452,10 +506,7 @@ class CompiledGraph:
             raise self._timeout_error(e, timeout)
         try:
             self._drain_drops()
-            try:
-                rec = self._complete(e, deadline)
-            except ChannelTimeoutError:
-                raise self._timeout_error(e, timeout) from None
+            rec = self._complete_or_report(e, deadline, timeout)
             value = rec.error
             if value is None:
                 value = rec.vals[self.endpoints.out_index[ref.output_index]]
@@ -473,21 +524,46 @@ class CompiledGraph:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor(), ref.get)
 
-    def _timeout_error(self, e: int, timeout: float | None) -> GetTimeoutError:
-        rows = self.where_blocked()
+    def _complete_or_report(self, e: int, deadline: float | None,
+                            timeout: float | None) -> _Exec:
+        """``_complete``, raising ``GetTimeoutError`` with a hang report at the deadline.
+
+        Why the budget: asking the actors where they are takes a moment; it is taken out
+        of the timeout (the last ``_REPORT_SHARE`` of it, at most ``_REPORT_MAX``), and the
+        channels are read again until the deadline, so get() never overruns its timeout.
+        """
+        budget = 0.0
+        if deadline is not None and timeout and self.monitor is not None:
+            budget = min(_REPORT_MAX, max(_REPORT_MIN, _REPORT_SHARE * timeout), timeout / 2)
+        try:
+            return self._complete(e, None if deadline is None else deadline - budget)
+        except ChannelTimeoutError:
+            pass
+        # No budget (a zero timeout: a poll, or no monitor): no report rather than a late one.
+        rows = self.where_blocked(timeout=budget) if budget else []
+        try:
+            return self._complete(e, deadline)
+        except ChannelTimeoutError:
+            raise self._timeout_error(e, timeout, rows) from None
+
+    def _timeout_error(self, e: int, timeout: float | None,
+                       rows: list[dict[str, Any]] | None = None) -> GetTimeoutError:
+        if rows is None:
+            rows = self.where_blocked()
         err = GetTimeoutError(
             f"graph {self.name!r}: execution {e} not ready after {timeout} s (get timeout)"
             + (";\n" + format_blocked(rows) if rows else ""))
         err.blocked = rows
         return err
 
-    def where_blocked(self) -> list[dict[str, Any]]:
+    def where_blocked(self, timeout: float = 1.0) -> list[dict[str, Any]]:
         """Where each actor's loop is: rows ``{"actor", "execution", "op", "token",
-        "waiting"}`` (empty when unknown)."""
+        "waiting"}`` (empty when unknown); actors that do not answer within ``timeout``
+        seconds are marked so."""
         if self.monitor is None:
             return []
         try:
-            return self.monitor.where_blocked(timeout=1.0)
+            return self.monitor.where_blocked(timeout=max(timeout, 0.01))
         except Exception:  # noqa: BLE001 - a report must not hide the timeout
             return []
 

@@ -41,7 +41,11 @@ class _EmbeddedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         entry = _SOURCES.get(fullname)
         if entry is None:
             return None
-        return importlib.util.spec_from_loader(fullname, self, origin=entry[1])
+        # A package (its __init__.py travelled) gets a search path, so its submodules,
+        # registered under their dotted names, are found here too.
+        is_pkg = entry[1].replace("\\", "/").endswith("__init__.py")
+        return importlib.util.spec_from_loader(fullname, self, origin=entry[1],
+                                               is_package=is_pkg)
 
     def create_module(self, spec: Any) -> None:
         return None  # the default module object

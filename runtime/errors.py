@@ -120,8 +120,11 @@ class RefConsumedError(CgcError):
     """A ref's result was already fetched (each result can be fetched exactly once)."""
 
 
-class InputMismatchError(CgcError, TypeError):
-    """``execute()`` got arguments that do not match the graph's inputs."""
+class InputMismatchError(CgcError, TypeError, ValueError):
+    """``execute()`` got arguments that do not match the graph's inputs.
+
+    A ``TypeError`` (Python's choice for a call with the wrong arguments) and a
+    ``ValueError`` (Ray Compiled Graph's), so handlers written for either catch it."""
 
     exit_code = EXIT_USAGE
 

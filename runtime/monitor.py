@@ -20,6 +20,7 @@ import logging
 import threading
 from typing import Any
 
+from cgc.runtime.cluster import ray_session
 from cgc.runtime.errors import ActorDiedError, GraphFailedError
 
 __all__ = ["Monitor", "POLL_S"]
@@ -68,6 +69,10 @@ class Monitor:
         import ray
 
         while not self._stop.is_set() and self.waiters:
+            if ray_session() != self.graph.ray_session:
+                # ray.shutdown() under a running graph: stop. A Ray call now would start a
+                # new local Ray (Ray initializes itself on first use), racing the user's.
+                return
             ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
             if self._stop.is_set() or self.graph.closing:
                 continue

@@ -95,6 +95,7 @@ class Plan:
         at_capacity: str | None = None,
         max_buffered_results: int | None = None,
         max_buffered_bytes: int | None = None,
+        slot_bytes: int | None = None,
         spin_us: float | None = None,
         host_transport: str | None = None,
         trace: str | os.PathLike[str] | None = None,
@@ -110,7 +111,8 @@ class Plan:
         each): timeouts in seconds (0 = no limit); ``communicator`` ``"auto"`` (NCCL
         between GPUs, else the CPU communicator), ``"cpu"`` or ``"nccl"``; ``capacity``
         lowers the executions in flight (never above the plan's); ``at_capacity``
-        ``"wait"`` or ``"raise"``; ``host_transport`` ``"auto"``, ``"shm"`` or ``"tcp"``
+        ``"wait"`` or ``"raise"``; ``slot_bytes``: the initial slot size of channels whose
+        plan entry names none; ``host_transport`` ``"auto"``, ``"shm"`` or ``"tcp"``
         (TCP everywhere, to exercise the cross-node path on one machine); ``trace``: a file
         that teardown writes a Chrome/Perfetto trace of the run to (``cgc.runtime.trace``);
         ``torch_profile``: a directory for one torch profiler trace per actor; ``nvtx``:
@@ -148,6 +150,7 @@ class Plan:
             at_capacity=at_capacity,
             max_buffered_results=max_buffered_results,
             max_buffered_bytes=max_buffered_bytes,
+            slot_bytes=slot_bytes,
             spin_us=spin_us,
             host_transport=host_transport,
             trace=None if trace is None else os.fspath(trace),

@@ -3,7 +3,9 @@
 Steps (each Ray round is batched over all actors, never one blocking call per task):
 
 0. check the plan, resolve the config (plan values, ``start()`` overrides, runtime defaults),
-   start/join Ray, check placement, create or bind the actors;
+   start/join Ray (restarting the local Ray cgc started, when it is too small for this plan
+   and no graph is running), check placement (waiting up to ``PLACEMENT_WAIT_S`` for
+   resources a torn-down graph still holds), create or bind the actors;
 1. probe round: each actor builds its loop (methods, constants) and reports its node;
 2. writers round: each actor creates the rings it writes (the driver creates the input
    rings meanwhile);
@@ -43,6 +45,10 @@ from cgc.runtime.wire import PING, Ping
 __all__ = ["start_graph", "bind_transports"]
 
 log = logging.getLogger("cgc.runtime")
+
+# How long start() waits for busy resources (actors of a graph being torn down) to come
+# free before the placement check fails.
+PLACEMENT_WAIT_S = 30.0
 
 
 def bind_transports(proto: pb.Plan, probes: dict[str, dict], node: dict[str, str],
@@ -115,7 +121,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
         PlacementError, SetupError.
     """
     from cgc.runtime.actors import make_actors
-    from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice
+    from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice, ray_session
     from cgc.verify import verify_plan
 
     t0 = time.perf_counter()
@@ -133,7 +139,8 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     notice = gpu_notice(proto, info, cfg.communicator)
     if notice:
         log.warning(notice)
-    check_placement(proto, info.drop_gpus)
+    # A graph torn down just before may still hold its resources for a moment.
+    check_placement(proto, info.drop_gpus, wait_s=min(PLACEMENT_WAIT_S, cfg.setup_timeout))
     from cgc.runtime.channels import sweep_dead_segments
     from cgc.runtime.endpoints import new_graph_prefix, new_graph_secret
 
@@ -141,6 +148,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     sweep_dead_segments()
     gid = uuid.uuid4().hex[:10]
     graph = CompiledGraph(plan, gid, new_graph_prefix(), cfg)
+    graph.ray_session = ray_session()
     secret = new_graph_secret()
     deadline = time.monotonic() + cfg.setup_timeout
     try:

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.cluster import ray_session
 
 __all__ = ["teardown_graph", "poison_all"]
 
@@ -59,7 +60,9 @@ def _stop_everything(g: Any) -> None:
     g.wake_waiters()  # an execute() waiting for buffered results to be fetched
     dead = g.dead_actors
     live = {n: h for n, h in g.actors.items() if n not in dead}
-    ray_up = ray.is_initialized()
+    # Only in the Ray connection the graph started in: after ray.shutdown() (and maybe a new
+    # ray.init()) its handles are stale, and a call would start or reach another Ray.
+    ray_up = bool(g.ray_session) and ray_session() == g.ray_session
     if ray_up:
         _stop_loops(g, live)
     if g.monitor is not None:

@@ -25,10 +25,12 @@ __all__ = ["check_cmd"]
 def check_cmd(plan_path: Path, executions: int | None) -> None:
     """Verify PLAN: magic, version, checksum, structure, and no deadlock.
 
-    Also says who signed it and what in it needs trust. Checking runs nothing from the plan.
+    Also says who signed it, what in it needs trust and which modules it needs installed.
+    Checking runs nothing from the plan.
     """
     from cgc.cli.trust_text import trust_lines
     from cgc.plan_schema.planfile import open_plan
+    from cgc.plan_schema.requirements import requirements
     from cgc.verify import check_plan_file
 
     report = check_plan_file(plan_path, executions)
@@ -40,3 +42,9 @@ def check_cmd(plan_path: Path, executions: int | None) -> None:
     )
     for line in trust_lines(pf, detail=False):
         click.echo(f"  {line}")
+    needs = requirements(pf.plan)
+    if needs:
+        click.echo("  needs installed where it runs: "
+                   + "; ".join(f"{r.module} ({r.why})" for r in needs))
+    else:
+        click.echo("  needs installed where it runs: cgc and Ray only")

@@ -2,8 +2,13 @@
 
 A class defined in the model file itself is not importable on the actors' machines, so
 its module's whole source travels in the plan (``Graph.modules``, once) and the
-runtime loads it under ``ClassRef.module``. Classes of ``__main__`` go the same way under
-the module name ``"__cgc_main__"``.
+runtime loads it under ``ClassRef.module``.
+
+A class of ``__main__`` (a script, ``python -c``, stdin, a notebook cell) travels by value
+instead, pickled with cloudpickle into ``ClassRef.pickled_class``, as Ray carries such
+classes: executing the script again in every actor would re-run whatever it does at the
+top level (compile, overwrite files, start graphs), and ``-c``/stdin/notebooks have no file
+to execute. The plan then needs trust (unpickling runs code).
 """
 
 from __future__ import annotations
@@ -17,14 +22,25 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 
-__all__ = ["MAIN_MODULE", "class_ref", "options_proto", "derive_names"]
-
-MAIN_MODULE = "__cgc_main__"
+__all__ = ["class_ref", "pickle_class", "options_proto", "derive_names"]
 
 
 def _read(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         return f.read()
+
+
+def pickle_class(cls: type) -> bytes:
+    """``cls`` pickled by value (cloudpickle, the copy Ray ships, which the runtime has too).
+
+    Example: ``ClassRef(module="__main__", qualname="W", pickled_class=pickle_class(W))``.
+
+    Raises:
+        pickle.PicklingError, TypeError: something the class refers to cannot be pickled.
+    """
+    from ray import cloudpickle
+
+    return cloudpickle.dumps(cls)
 
 
 def class_ref(
@@ -33,9 +49,11 @@ def class_ref(
     *,
     model_file: str | os.PathLike[str] | None,
     model_module: ModuleType | None,
+    cls: type | None = None,
 ) -> tuple[pb.ClassRef, str | None, pb.EmbeddedModule | None]:
     """The ClassRef of a class, a problem text when it cannot be re-imported, and the
-    module to embed when the actors cannot import it.
+    module to embed when the actors cannot import it. A class of ``__main__`` (``cls``
+    given) is pickled into the ClassRef instead.
 
     Example: a class ``Worker`` in the model module gets an ``EmbeddedModule`` holding the
     model file.
@@ -44,6 +62,8 @@ def class_ref(
         OSError: the model file cannot be read.
     """
     ref = pb.ClassRef(module=module, qualname=qualname)
+    if module == "__main__":
+        return _by_value(ref, cls)
     if "<locals>" in qualname:
         return ref, (
             f"class {qualname} is defined inside a function, so the actors cannot "
@@ -62,19 +82,28 @@ def class_ref(
             if model_file is not None
             else getattr(model_module, "__file__", None)
         )
-    elif module == "__main__":
-        ref.module = MAIN_MODULE
-        source_path = getattr(sys.modules.get("__main__"), "__file__", None)
-        if not source_path:
-            return ref, (
-                f"class {qualname} is defined in an interactive session; put it in "
-                "a file so the actors can load it"
-            ), None
     if source_path:
         embedded = pb.EmbeddedModule(
             name=ref.module, source=_read(source_path), source_file=os.path.basename(source_path)
         )
         return ref, None, embedded
+    return ref, None, None
+
+
+def _by_value(ref: pb.ClassRef, cls: type | None) -> tuple[pb.ClassRef, str | None, None]:
+    """A ``__main__`` class carried by value (see the module docstring)."""
+    if cls is None:
+        return ref, (
+            f"class {ref.qualname} of __main__ is not at hand to carry by value (only its "
+            "name is known); bind the class itself"
+        ), None
+    try:
+        ref.pickled_class = pickle_class(cls)
+    except Exception as exc:  # noqa: BLE001 - cloudpickle raises many kinds
+        return ref, (
+            f"class {ref.qualname} of __main__ cannot be pickled to carry it to the actors "
+            f"({type(exc).__name__}: {exc}); move it to a module the actors can import"
+        ), None
     return ref, None, None
 
 

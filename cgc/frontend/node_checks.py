@@ -291,15 +291,16 @@ def actor_class(
     model_file: str | os.PathLike[str] | None,
     model_module: ModuleType | None,
 ) -> tuple[pb.ClassRef, pb.EmbeddedModule | None]:
-    """The actor's class reference and the model module to embed (None when importable).
+    """The actor's class reference and the model module to embed (None when importable);
+    a class of ``__main__`` comes back pickled in the reference.
 
     Example::
 
         ref, embedded = actor_class(names, actor, model_file=None, model_module=None)
 
     Raises:
-        CompileError: the actors could not import the class (defined inside a function,
-            or in an interactive session).
+        CompileError: the actors could not import the class (defined inside a function
+            of an importable module), or a class of ``__main__`` cannot be pickled.
         OSError: the model file cannot be read.
     """
     ref, problem, embedded = class_ref(
@@ -307,6 +308,7 @@ def actor_class(
         actor.class_qualname,
         model_file=model_file,
         model_module=model_module,
+        cls=actor.cls,
     )
     if problem:
         raise rep.fail_actor(actor, problem, "then compile again")

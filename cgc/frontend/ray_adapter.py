@@ -14,10 +14,13 @@ are read only through ``ray_private``; a Ray release without them gives a
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 import warnings
 from typing import Any
 
-from cgc.errors import CompileError
+from cgc.errors import CompileError, UnsupportedNodeError
 from cgc.frontend import ray_private as rp
 from cgc.frontend.actors import ACTOR_OPTIONS, ExternalSpec, LazyActor
 from cgc.frontend.collectives import CollectiveGroup, CollectiveNode, ReduceOp
@@ -153,10 +156,11 @@ class _Converter:
         elif isinstance(n, dag.ClassMethodNode):
             out = self._method_node(n, loc)
         elif isinstance(n, dag.FunctionNode):
-            raise CompileError(
-                f"{loc.short()}: {rp.actor_body(n).__name__}: Ray remote functions "
-                "(FunctionNode) cannot be compiled, only actor methods; make "
-                "the function a method of an actor",
+            # A NotImplementedError too, as in Ray Compiled Graph.
+            raise UnsupportedNodeError(
+                f"{loc.short()}: {rp.actor_body(n).__name__}: only actor method calls can "
+                "be compiled, and this is a Ray remote function (FunctionNode); make the "
+                "function a method of an actor",
                 loc=loc.short(),
             )
         else:
@@ -282,7 +286,25 @@ def _named(handle: Any) -> tuple[str, str]:
     return "", ""
 
 
+def _is_running_script(module: str) -> bool:
+    """Whether importing ``module`` would run the script this process runs as ``__main__``
+    (Ray names a script's classes by the script's file name: ``prog`` for prog.py)."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not main_file or module in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    origin: str | None = getattr(spec, "origin", None)
+    return origin is not None and os.path.realpath(origin) == os.path.realpath(main_file)
+
+
 def _import_class(module: str, qualname: str) -> Any:
+    if _is_running_script(module):
+        # Importing it would run the script's top level a second time; its classes are
+        # in __main__ under the same names.
+        module = "__main__"
     try:
         obj: Any = importlib.import_module(module)
         for part in qualname.split("."):
@@ -299,7 +321,8 @@ def convert_output(output: Any) -> Any:
     Example: ``trace(convert_output(ray_dag))`` is what ``trace(ray_dag)`` does.
 
     Raises:
-        CompileError: Ray remote functions or other node kinds a plan cannot hold.
+        UnsupportedNodeError: a Ray remote function (a ``NotImplementedError`` too).
+        CompileError: other node kinds a plan cannot hold.
         RayVersionError: the installed Ray lacks an internal the adapter reads (the
             message names it and the Ray version).
     """

@@ -275,6 +275,7 @@ class _Tracer:
             self.names, a, model_file=self.model_file, model_module=self.model_module
         )
         out.cls.CopyFrom(ref)
+        self.needs_trust |= bool(ref.pickled_class)
         if embedded is not None:
             modules.setdefault(embedded.name, embedded)
         out.options.CopyFrom(actor_options(self.names, a))

@@ -128,10 +128,11 @@ def unsendable_plan():
     return cgc.compile(dag, name="t_unsendable")
 
 
-def error_and_slow_plan():
+def error_and_slow_plan(slow_first=False):
     """MultiOutputNode([a.check(x), b.slow(y)]): output 0 fails at once for x < 0 while
-    output 1 is still running."""
+    output 1 is still running (``slow_first``: the same with the outputs swapped)."""
     a, b = Worker.bind(0), Worker.bind(0)
     with InputNode() as inp:
-        dag = MultiOutputNode([a.check.bind(inp[0]), b.slow.bind(inp[1])])
+        outs = [a.check.bind(inp[0]), b.slow.bind(inp[1])]
+        dag = MultiOutputNode(outs[::-1] if slow_first else outs)
     return cgc.compile(dag, name="t_err_slow")

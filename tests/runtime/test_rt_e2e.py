@@ -67,6 +67,11 @@ def test_input_mismatch_is_clear(chain):
         chain.execute(1, 2)
     with pytest.raises(InputMismatchError, match="keyword"):
         chain.execute(1, bogus=2)
+    # Ray Compiled Graph raises ValueError for a wrong argument count, Python TypeError.
+    with pytest.raises(ValueError, match="positional"):
+        chain.execute()
+    with pytest.raises(TypeError, match="positional"):
+        chain.execute()
     assert chain.execute(1).get() == 7  # still fine
 
 

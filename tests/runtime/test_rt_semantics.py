@@ -4,6 +4,8 @@ on every path."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import rt_graphs as G
 
@@ -17,6 +19,17 @@ def test_an_error_output_fails_every_ref_of_its_execution_without_waiting(ray_cl
         # If get() waited for the slow sibling it would end in GetTimeoutError instead.
         with pytest.raises(G.AppError, match="negative input -1"):
             slow.get()
+        with pytest.raises(G.AppError):
+            err.get()
+
+
+def test_fail_fast_does_not_wait_for_a_slow_output_listed_before_the_error(ray_cluster):
+    with G.error_and_slow_plan(slow_first=True).start(get_timeout=20) as g:
+        slow, err = g.execute(-1, 60.0)
+        t0 = time.monotonic()
+        with pytest.raises(G.AppError, match="negative input -1"):
+            slow.get()  # output 0 is the slow one: get() must not sit on it
+        assert time.monotonic() - t0 < 10
         with pytest.raises(G.AppError):
             err.get()
 
@@ -51,6 +64,17 @@ def test_buffered_results_limit_holds_on_get(ray_cluster):
         # Nothing was lost: every result is still there, in order.
         assert [r.get() for r in refs] == [3, 4, 5]
         assert g.buffered == 0
+
+
+def test_buffered_results_limit_counts_the_execution_being_read(ray_cluster):
+    # Ray's count: with a limit of 1, reading execution 1 while execution 0 is unfetched
+    # would hold two results.
+    with G.chain_plan(2).start(max_buffered_results=1, get_timeout=30) as g:
+        first, second = g.execute(1), g.execute(2)
+        with pytest.raises(ResultBufferFullError, match="unfetched: 0"):
+            second.get()
+        assert first.get() == 4
+        assert second.get() == 5
 
 
 def test_get_timeout_loses_nothing_and_fail_fast_keeps_positions(ray_cluster):

@@ -1,0 +1,106 @@
+"""Ray's ref types for a cgc graph: ``CgcDAGRef`` (``ray.get`` takes it) and ``CgcDAGFuture``
+(``await`` takes it).
+
+``ray.get`` hands a ``ray.experimental.compiled_dag_ref.CompiledDAGRef`` (or a list of
+them) to the ref's own ``get(timeout=)``, so a subclass that fetches from cgc is all it
+takes; copying, pickling and passing one to a Ray task stay refused exactly as Ray refuses
+them (inherited). Each wraps one ``cgc.runtime.Ref``; dropping it unfetched frees the result.
+
+Example::
+
+    ref = compiled.execute(1)        # a CgcDAGRef
+    ray.get(ref, timeout=5)          # -> the value, or Ray's exception types
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from ray.experimental.compiled_dag_ref import CompiledDAGFuture, CompiledDAGRef
+
+from cgc.ray_compat.errors import to_ray_error
+from cgc.runtime.errors import CgcError
+
+__all__ = ["CgcDAGRef", "CgcDAGFuture"]
+
+_FOREVER = -1  # Ray's "no timeout"
+
+
+def _cgc_timeout(timeout: float | None, default: float | None) -> float | None:
+    """Ray's get timeout (None: the graph's default, -1: forever) in cgc's terms."""
+    if timeout is None:
+        return default
+    if timeout == _FOREVER or timeout < 0:
+        return 1e9  # cgc's None would mean "the graph's get timeout"
+    return timeout
+
+
+class CgcDAGRef(CompiledDAGRef):
+    """One output of one execution of a cgc-backed ``CompiledDAG``; ``ray.get`` it once."""
+
+    def __init__(self, dag: Any, ref: Any) -> None:  # Ray's __init__ reads Ray's channels
+        self._dag = dag
+        self._ref = ref
+        self._execution_index = ref.exec_index
+        self._channel_index = ref.output_index if dag._multi else None
+        self._ray_get_called = False
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The value (``ray.get(ref, timeout=)`` calls this).
+
+        Raises:
+            ValueError: fetched before (Ray's rule: once per ref).
+            RayTaskError (an instance of the app's exception class too),
+            RayChannelTimeoutError, RayCgraphCapacityExceeded, RayChannelError,
+            ActorDiedError: see ``cgc.ray_compat.errors``.
+        """
+        if self._ref._done:
+            raise ValueError(
+                f"{self}: ray.get() was already called on this ref; each CompiledDAGRef "
+                "can be fetched once")
+        self._ray_get_called = True
+        try:
+            return self._ref.get(_cgc_timeout(timeout, self._dag._get_timeout))
+        except CgcError as exc:
+            # A timeout or a full buffer loses nothing: unlike Ray, the ref can be fetched
+            # again; once a value or the app's error was returned, it cannot.
+            raise to_ray_error(exc) from exc
+
+    def __del__(self) -> None:
+        pass  # the wrapped cgc Ref frees an unfetched result when it goes
+
+    def __str__(self) -> str:
+        return (f"CompiledDAGRef(cgc {self._dag.get_id()}, execution_index="
+                f"{self._execution_index}, channel_index={self._channel_index})")
+
+
+class CgcDAGFuture(CompiledDAGFuture):
+    """One output of one ``execute_async`` execution; ``await`` it once."""
+
+    def __init__(self, dag: Any, ref: Any) -> None:
+        self._dag = dag
+        self._ref = ref
+        self._execution_index = ref.exec_index
+        self._channel_index = ref.output_index if dag._multi else None
+        self._fut = None
+        self._awaited = False
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if self._awaited:
+            raise ValueError(f"{self}: it was already awaited; each future can be awaited once")
+        self._awaited = True
+        return self._wait().__await__()
+
+    async def _wait(self) -> Any:
+        try:
+            return await self._ref
+        except CgcError as exc:
+            raise to_ray_error(exc) from exc
+
+    def __del__(self) -> None:
+        pass  # as CgcDAGRef
+
+    def __str__(self) -> str:
+        return (f"CompiledDAGFuture(cgc {self._dag.get_id()}, execution_index="
+                f"{self._execution_index}, channel_index={self._channel_index})")
