@@ -126,6 +126,12 @@ def _plan_value(config: pb.ExecConfig, field: str) -> Any:
     return v if v else DEFAULTS[field]
 
 
+# The largest value one TCP frame carries unless the run says otherwise (4 GiB), and the
+# smallest limit a run may set (a header and a small value must always fit).
+MAX_FRAME_BYTES = 1 << 32
+MIN_FRAME_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Effective settings of one run: the plan's ``ExecConfig`` plus the user's overrides.
@@ -149,6 +155,9 @@ class RunConfig:
         nvtx: NVTX ranges around every op, for Nsight Systems.
         wake_ahead: how many hops ahead of the data waiting actors are woken
             (``cgc.runtime.wake``); -1 = auto (half the cores, off below 4), 0 = off.
+        max_frame_bytes: the largest value (pickle plus buffers) a TCP channel carries;
+            a larger frame is refused before anything is allocated or sent (the
+            execution gets the error as its value). At least 64 KiB.
     """
 
     # Defaults come from the one table above (a RunConfig built by hand agrees with a plan).
@@ -168,6 +177,7 @@ class RunConfig:
     torch_profile: str = ""
     nvtx: bool = False
     wake_ahead: int = -1
+    max_frame_bytes: int = MAX_FRAME_BYTES
 
     @classmethod
     def from_plan(cls, config: pb.ExecConfig, **overrides: Any) -> RunConfig:
@@ -220,6 +230,10 @@ class RunConfig:
         )
         if spin < 0 or buffered < 1:
             raise ConfigError("spin_us must be >= 0 and max_buffered_results >= 1")
+        frame = int(over.get("max_frame_bytes", MAX_FRAME_BYTES))
+        if frame < MIN_FRAME_BYTES:
+            raise ConfigError(f"max_frame_bytes must be >= {MIN_FRAME_BYTES} (64 KiB), "
+                              f"not {frame}")
         return cls(
             capacity=cap,
             at_capacity=at_cap,
@@ -237,4 +251,5 @@ class RunConfig:
             torch_profile=str(over.get("torch_profile", "")),
             nvtx=bool(over.get("nvtx", False)),
             wake_ahead=int(over.get("wake_ahead", -1)),
+            max_frame_bytes=frame,
         )

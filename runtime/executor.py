@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.defaults import MAX_FRAME_BYTES
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
@@ -98,6 +99,7 @@ class LoopOptions:
         depths: each actor's hops from the driver, when wake-ahead is on
             (``cgc.runtime.wake``); empty = off.
         wake_ahead: how many depths ahead of itself an actor rings when it starts work.
+        max_frame_bytes: the largest value this actor's TCP channels carry.
     """
 
     prefix: str
@@ -111,6 +113,7 @@ class LoopOptions:
     nvtx: bool = False
     depths: dict[str, int] = field(default_factory=dict)
     wake_ahead: int = 0
+    max_frame_bytes: int = MAX_FRAME_BYTES
 
 
 class ActorLoop:
@@ -167,7 +170,8 @@ class ActorLoop:
         for ch in self.my_channels()[0]:
             w = self.writers[ch.id] = open_host_writer(
                 ch, self.prefix, tcp=ch.id in tcp, ip=ip, secret=self.opts.secret,
-                spin_us=self.spin_us, default_slot_bytes=self.slot_bytes)
+                spin_us=self.spin_us, default_slot_bytes=self.slot_bytes,
+                max_frame_bytes=self.opts.max_frame_bytes)
             if ch.id in tcp:
                 addrs[ch.id] = (ip, w.port)
         return addrs
@@ -211,7 +215,8 @@ class ActorLoop:
         for ch in self.my_channels()[1]:
             self.readers[ch.id] = open_host_reader(ch, self.prefix, self.actor,
                                                    addrs.get(ch.id), secret=self.opts.secret,
-                                                   spin_us=self.spin_us, timeout=timeout)
+                                                   spin_us=self.spin_us, timeout=timeout,
+                                                   max_frame_bytes=self.opts.max_frame_bytes)
         self._attach_bells()
         for cid, w in self.writers.items():
             if cid in addrs:

@@ -102,6 +102,7 @@ class Plan:
         torch_profile: str | os.PathLike[str] | None = None,
         nvtx: bool | None = None,
         wake_ahead: int | None = None,
+        max_frame_bytes: int | None = None,
     ) -> CompiledGraph:
         """Verify the plan, start it on Ray and return the running graph.
 
@@ -117,7 +118,8 @@ class Plan:
         that teardown writes a Chrome/Perfetto trace of the run to (``cgc.runtime.trace``);
         ``torch_profile``: a directory for one torch profiler trace per actor; ``nvtx``:
         NVTX ranges around every op (``cgc.runtime.profiling``); ``wake_ahead``: how many
-        hops ahead of the data sleeping actors are woken (-1 auto, 0 off; ``cgc.runtime.wake``).
+        hops ahead of the data sleeping actors are woken (-1 auto, 0 off; ``cgc.runtime.wake``);
+        ``max_frame_bytes``: the largest value a TCP channel carries (default 4 GiB).
 
         Example::
 
@@ -157,6 +159,7 @@ class Plan:
             torch_profile=None if torch_profile is None else os.fspath(torch_profile),
             nvtx=nvtx,
             wake_ahead=wake_ahead,
+            max_frame_bytes=max_frame_bytes,
         )
 
 

@@ -203,7 +203,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
                        slot_bytes=cfg.slot_bytes, trace=bool(cfg.trace),
                        torch_profile=cfg.torch_profile, nvtx=cfg.nvtx, fake_hosts=fake_hosts,
                        probe_gpu=info.has_gpus and cfg.communicator != "cpu",
-                       depths=depths, wake_ahead=window)
+                       depths=depths, wake_ahead=window,
+                       max_frame_bytes=cfg.max_frame_bytes)
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n
@@ -238,7 +239,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     for cid in dict.fromkeys(low.input_channels):
         ch = by_id[cid]
         w = open_host_writer(ch, graph.prefix, tcp=cid in tcp, ip=my_ip, secret=secret,
-                             spin_us=cfg.spin_us, default_slot_bytes=cfg.slot_bytes)
+                             spin_us=cfg.spin_us, default_slot_bytes=cfg.slot_bytes,
+                             max_frame_bytes=cfg.max_frame_bytes)
         if cid in tcp:
             addrs[cid] = (my_ip, w.port)
         ends.add_input(w, input_picker(proto.graph.nodes[ch.source.node]))
@@ -254,7 +256,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
         for cid in ends.out_channels:  # connect before accepting: see ActorLoop.open_readers
             ends.add_output(open_host_reader(
                 by_id[cid], graph.prefix, DRIVER, addrs[cid] if cid in tcp else None,
-                secret=secret, spin_us=cfg.spin_us, timeout=left))
+                secret=secret, spin_us=cfg.spin_us, timeout=left,
+                max_frame_bytes=cfg.max_frame_bytes))
         for cid, w in zip(dict.fromkeys(low.input_channels), ends.writers, strict=True):
             if cid in tcp:
                 w.accept(left)

@@ -64,6 +64,8 @@ import threading
 import time
 from typing import Any
 
+from cgc.plan_schema.defaults import MAX_FRAME_BYTES
+
 from .errors import (
     ChannelAuthError,
     ChannelClosedError,
@@ -88,7 +90,7 @@ _WPROOF = struct.Struct("<I32s")  # magic, mac
 _DATA, _CLOSE, _POISON = 1, 2, 3
 _IOV_MAX = 512
 _MAX_BUFS = 1 << 16
-DEFAULT_MAX_FRAME_BYTES = 1 << 32  # 4 GiB: a value larger than this is refused
+DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES  # 4 GiB unless the run sets RunConfig.max_frame_bytes
 _HANDSHAKE_S = 10.0  # a pending connection silent this long is dropped
 _MAX_PENDING = 64  # pending (unproven) connections kept at once; the oldest go first
 _RXBUF = 64 * 1024  # reader's receive buffer: a small frame arrives in one recv

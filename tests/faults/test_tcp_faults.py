@@ -41,3 +41,4 @@ def test_injected_delays_on_tcp_keep_results_correct_and_in_order(ray_cluster,
             assert got_i == j and np.array_equal(got, _input(j)[1] * 5), j
     leaves_nothing(g)
     assert time.monotonic() - t0 < 120
+
