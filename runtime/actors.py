@@ -106,7 +106,8 @@ class ActorHost:
         # show what a plain ray.remote(cls) actor would, the user's repr if the class has
         # one, else the class name.
         inst = getattr(self, _INSTANCE_ATTR, None)
-        if inst is not None and type(inst).__repr__ is not object.__repr__:
+        cls: Any = type(inst)  # Any: mypy sees a bound __repr__ here, not the function
+        if inst is not None and cls.__repr__ is not object.__repr__:
             return repr(inst)
         return type(self).__name__
 
@@ -220,7 +221,7 @@ def _module_hidden_from_workers(cls: Any) -> Any:
         return None
     top = sys.modules.get(name.split(".")[0])
     top_file = getattr(top, "__file__", None) or mod.__file__
-    root = os.path.dirname(os.path.abspath(top_file))
+    root = os.path.dirname(os.path.abspath(str(top_file)))
     if hasattr(top, "__path__"):  # a package: its parent directory is the sys.path entry
         root = os.path.dirname(root)
     visible = [os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0] or "."))]

@@ -320,6 +320,14 @@ def _set_closed(seg: Segment, code: int) -> None:
 class ShmRingWriter(_Endpoint):
     """The writing end; create it before readers attach. One thread uses it at a time."""
 
+    # Set by ``create`` (instances are built by the classmethod, not ``__init__``).
+    _zc_min: int
+    _ser: Serializer
+    _pool: BlockPool
+    _rflags: list[int]
+    _rseqs: list[int]
+    _final_pos: int
+
     @classmethod
     def create(cls, name: str, slots: int = 4, slot_bytes: int = 1 << 20, num_readers: int = 1,
                spin_us: float = 0.0, zero_copy_min: int = 64 * 1024,
@@ -431,7 +439,7 @@ class ShmRingWriter(_Endpoint):
             layout, bid, mv, p = _BLOCK, blk.id, blk.seg.mv, blk.data_off
         try:
             if n:
-                table = []
+                table: list[int] = []
                 kept = []
                 for o, r, ref in zip(offs, raws, refs, strict=True):
                     if ref is None:
@@ -529,6 +537,18 @@ class ShmRingReader(_Endpoint):
     read (pickle + buffers), so a caller can bound what it buffers in bytes.
     """
 
+    # Set by ``attach`` (instances are built by the classmethod, not ``__init__``).
+    index: int
+    _cur: int
+    _flag: int
+    _blocks: BlockCache
+    _foreign: ForeignCache | None
+    _holds: dict[int, int]
+    _me: weakref.ref[ShmRingReader]
+    _slot_hold: tuple[int, int] | None
+    _final_pos: int
+    last_nbytes: int
+
     @classmethod
     def attach(cls, name: str, reader_index: int, spin_us: float = 0.0,
                timeout: float = 10.0) -> ShmRingReader:
@@ -571,10 +591,10 @@ class ShmRingReader(_Endpoint):
         self._cur = (_R_BASE + _R_STRIDE * reader_index) // 8
         self._flag = (_R_BASE + _R_STRIDE * reader_index + 8) // 4
         self._blocks = BlockCache(name, limit=2 * self.slots + 8)
-        self._foreign: ForeignCache | None = None  # blocks of other rings, by reference
-        self._holds: dict[int, int] = {}  # block id -> live zero-copy carriers
+        self._foreign = None  # blocks of other rings, by reference
+        self._holds = {}  # block id -> live zero-copy carriers
         self._me = weakref.ref(self)  # what borrow callbacks hold (never the reader itself)
-        self._slot_hold: tuple[int, int] | None = None  # (seq, block id) read, not consumed
+        self._slot_hold = None  # (seq, block id) read, not consumed
         self._final_pos = 0
         self.last_nbytes = 0
         _R_ID.pack_into(seg.mv, _R_BASE + _R_STRIDE * reader_index + 12, *identity())
@@ -672,7 +692,7 @@ class ShmRingReader(_Endpoint):
             t = struct.unpack_from(f"<{2 * n}Q", mv, p)
             carrier = np.frombuffer(seg.mm, dtype=np.uint8, count=total, offset=seg.HEADER + p)
             self._borrow(carrier, seg, u, bid, (seg.name, seg.HEADER + p))
-            cmv = memoryview(carrier)
+            cmv = carrier.data  # a memoryview that keeps the carrier alive
             bufs = []
             for k in range(n):
                 o, nb = t[2 * k], t[2 * k + 1]
@@ -686,7 +706,7 @@ class ShmRingReader(_Endpoint):
                     self._foreign = ForeignCache()
                 fc = self._foreign.view(name, foff, nb, BLOCK_MAGIC)
                 self._borrow(fc, seg, u, bid, (name, foff))
-                bufs.append(memoryview(fc))
+                bufs.append(fc.data)
             return loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
         except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
             return decode_error(self.name, seq, e)

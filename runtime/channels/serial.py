@@ -31,7 +31,7 @@ _PLAIN = frozenset({int, float, bool, type(None), str, bytes, complex})
 def _rebuild_ndarray(buf: Any, dtype: Any, shape: tuple[int, ...], order: str) -> np.ndarray:
     a = np.frombuffer(buf, dtype=dtype)
     if a.shape != shape:
-        a = a.reshape(shape, order=order)
+        a = a.reshape(shape, order="F" if order == "F" else "C")
     a.flags.writeable = False  # readers may share the memory: read-only, as Ray does
     return a
 

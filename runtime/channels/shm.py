@@ -127,7 +127,7 @@ class Segment:
         self.mv = self._full[HEADER:]
         # Why a ctypes anchor: it pins the mapping (mmap.close refuses while exported), so
         # the address we hand to futex() can never dangle.
-        self._anchor = ctypes.c_char.from_buffer(mm)
+        self._anchor: ctypes.c_char | None = ctypes.c_char.from_buffer(mm)
         self.addr = ctypes.addressof(self._anchor) + HEADER
         self.owner = owner
         _m, _v, pid, _z, start, ns = _SEG_HDR.unpack_from(mm, 0)

@@ -414,14 +414,14 @@ class TcpWriter:
         self._stop_acceptor()
         for s in (self._stop_r, self._stop_w):
             s.close()
-        for s in self._socks:
-            if s is None:
+        for sock in self._socks:
+            if sock is None:
                 continue
             try:
-                s.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            s.close()
+            sock.close()
 
 
 class _Rx:
