@@ -70,6 +70,7 @@ block, not copied again; see ``forward`` for how its lifetime is kept.
 
 from __future__ import annotations
 
+import enum
 import os
 import struct
 import time
@@ -109,10 +110,19 @@ from .shm import Segment
 
 __all__ = ["ShmRingWriter", "ShmRingReader", "ring_supported", "require_ring_support"]
 
+
+class Closed(enum.IntEnum):
+    """The ring's state word at ``_H_CLOSED``."""
+
+    OPEN = 0
+    CLOSED = 1  # an end closed it: readers drain what is left, then stop
+    POISONED = 2  # a peer failed: every waiter raises at once
+
 _MAGIC = 0x52474743  # "CGGR"
 _VERSION = 2
 _HDR = struct.Struct("<IIIIQ")  # magic, version, slots, num_readers, slot_bytes
-_H_CLOSED = 24  # u32: 0 open, 1 closed, 2 poisoned
+_H_CLOSED = 24  # u32: a Closed value
+_H_NREADERS = 12  # u32 num_readers, inside _HDR
 _H_WWAIT = 28  # u32: the writer sleeps on a reader cursor
 _H_ZC = 40  # u64 zero_copy_min (informational)
 _H_WSEQ = 64
@@ -277,21 +287,22 @@ class _Endpoint:
         -1 is the writer, ``i`` reader i."""
         pid, start, ns, role = self._peer_identity(peer)
         if not is_alive(pid, start, ns):
-            _set_closed(self._seg, 2)  # everyone else blocked on this channel learns it too
+            _set_closed(self._seg, Closed.POISONED)  # everyone else blocked on this channel learns it too
             raise PeerDiedError(self.name, pid, role)
 
     def _raise_closed(self) -> None:
-        how = "poisoned (a peer failed)" if self._u[_H_CLOSED // 4] == 2 else "closed"
+        how = ("poisoned (a peer failed)" if self._u[_H_CLOSED // 4] == Closed.POISONED
+               else "closed")
         raise ChannelClosedError(f"channel {self.name} was {how}")
 
     def _corrupt(self, seq: int, got: int) -> None:
-        _set_closed(self._seg, 2)
+        _set_closed(self._seg, Closed.POISONED)
         raise ChannelSequenceError(f"channel {self.name}: the slot for value {seq} holds value "
                                    f"{got} (torn or overwritten); the channel is poisoned")
 
     def poison(self) -> None:
         """Mark the channel failed and wake every waiter (they raise ChannelClosedError)."""
-        _set_closed(self._seg, 2)
+        _set_closed(self._seg, Closed.POISONED)
 
     @property
     def closed(self) -> bool:
@@ -303,13 +314,13 @@ class _Endpoint:
             v.release()
 
 
-def _set_closed(seg: Segment, code: int) -> None:
+def _set_closed(seg: Segment, code: Closed) -> None:
     u = seg.mv.cast("I")
     try:
-        if u[_H_CLOSED // 4] != 2:
+        if u[_H_CLOSED // 4] != Closed.POISONED:  # poisoned stays poisoned
             u[_H_CLOSED // 4] = code
         fence()
-        nr = u[12 // 4]
+        nr = u[_H_NREADERS // 4]
         futex_wake(seg.addr + _H_WSEQ)
         for i in range(nr):
             futex_wake(seg.addr + _R_BASE + _R_STRIDE * i)
@@ -499,7 +510,7 @@ class ShmRingWriter(_Endpoint):
         except FileNotFoundError:
             return False
         try:
-            _set_closed(seg, 2)
+            _set_closed(seg, Closed.POISONED)
         finally:
             seg.close()
         return True
@@ -524,7 +535,7 @@ class ShmRingWriter(_Endpoint):
         # owner call write() at once, which must see a closed writer, not released views.
         self._final_pos = self._q[_H_WSEQ // 8]
         seg, self._seg = self._seg, None  # type: ignore[assignment]
-        _set_closed(seg, 1)
+        _set_closed(seg, Closed.CLOSED)
         self._pool.close()
         self._release_views()
         seg.close()
@@ -766,7 +777,7 @@ class ShmRingReader(_Endpoint):
         """Close the channel for everyone (wakes the writer) and unmap. Idempotent."""
         if getattr(self, "_seg", None) is None:
             return
-        _set_closed(self._seg, 1)
+        _set_closed(self._seg, Closed.CLOSED)
         self.detach()
 
     def detach(self) -> None:

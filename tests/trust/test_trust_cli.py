@@ -130,6 +130,10 @@ def test_inspect_viz_check_and_load_run_no_code_from_nested_pickles(chain_proto,
     plan = pb.Plan()
     plan.CopyFrom(chain_proto)
     T.nest_pickles(plan, marker)
+    # The embedded model source leaves a marker too, were anything to import it.
+    src_marker = tmp_path / "source-ran"
+    mod = plan.graph.modules[0]
+    mod.source = f"open({str(src_marker)!r}, 'w').close()\n" + mod.source
     path = tmp_path / "nested.cgplan"
     path.write_bytes(T.envelope(plan))
 
@@ -152,7 +156,7 @@ def test_inspect_viz_check_and_load_run_no_code_from_nested_pickles(chain_proto,
         cgc.load(path)
     loaded = cgc.load(path, trust=True)  # loading with trust still unpickles nothing
     assert loaded.trust.basis == "trust-flag" and len(loaded.trust.needs.pickles) == 4
-    assert not marker.exists()
+    assert not marker.exists() and not src_marker.exists()
 
 
 def test_compile_no_sign_and_keys_show(tmp_path):

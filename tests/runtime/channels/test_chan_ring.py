@@ -110,11 +110,13 @@ def test_read_timeout_and_error_types(prefix):
 def test_close_wakes_blocked_reader_and_drains_first(prefix):
     w, (r,) = _pair(prefix + "c", slot_bytes=256)
     w.write("last")
-    threading.Timer(0.1, w.close).start()
+    closer = threading.Timer(0.1, w.close)
+    closer.start()
     assert r.read(timeout=60) == "last"
     with pytest.raises(ChannelClosedError):  # the close ends the wait, not the timeout
         r.read(timeout=60)
     r.detach()
+    closer.join()  # the close unlinks after it wakes the reader: let it finish
     with pytest.raises(ChannelClosedError):
         w.write(1)
 
