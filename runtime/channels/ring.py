@@ -545,7 +545,9 @@ class ShmRingReader(_Endpoint):
     """Reader ``reader_index`` of a ring; one thread uses it at a time.
 
     ``position``: values consumed so far; ``last_nbytes``: payload bytes of the last value
-    read (pickle + buffers), so a caller can bound what it buffers in bytes.
+    read (pickle + buffers, including buffers forwarded by reference from an upstream
+    block), so a caller can bound what it buffers in bytes; ``last_forwarded_bytes``: the
+    part of those that arrived as references (not copied through this ring).
     """
 
     # Set by ``attach`` (instances are built by the classmethod, not ``__init__``).
@@ -559,6 +561,7 @@ class ShmRingReader(_Endpoint):
     _slot_hold: tuple[int, int] | None
     _final_pos: int
     last_nbytes: int
+    last_forwarded_bytes: int
 
     @classmethod
     def attach(cls, name: str, reader_index: int, spin_us: float = 0.0,
@@ -608,6 +611,7 @@ class ShmRingReader(_Endpoint):
         self._slot_hold = None  # (seq, block id) read, not consumed
         self._final_pos = 0
         self.last_nbytes = 0
+        self.last_forwarded_bytes = 0
         _R_ID.pack_into(seg.mv, _R_BASE + _R_STRIDE * reader_index + 12, *identity())
         return self
 
@@ -661,6 +665,7 @@ class ShmRingReader(_Endpoint):
         if hseq != seq:
             self._corrupt(seq, hseq)
         self.last_nbytes = total
+        self.last_forwarded_bytes = 0
         if layout == _INLINE:
             mv = self._mv
             p = base + _SLOT_HDR_SIZE
@@ -718,6 +723,10 @@ class ShmRingReader(_Endpoint):
                 fc = self._foreign.view(name, foff, nb, BLOCK_MAGIC)
                 self._borrow(fc, seg, u, bid, (name, foff))
                 bufs.append(fc.data)
+                # The value holds these bytes too (upstream): count them, so a caller
+                # bounding what it buffers in bytes sees the real size.
+                self.last_nbytes += nb
+                self.last_forwarded_bytes += nb
             return loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
         except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
             return decode_error(self.name, seq, e)

@@ -31,12 +31,15 @@ def test_pass_through_travels_as_a_reference_with_the_same_bytes(prefix):
     assert mid_in.last_nbytes >= 16 * MiB
     mid_out.write(v)
     got = end.read(timeout=10)
-    assert end.last_nbytes < 4096  # a reference, not the 16 MiB again
+    # A reference, not the 16 MiB again (and the value's size still counts them).
+    assert end.last_forwarded_bytes == 16 * MiB
+    assert end.last_nbytes - end.last_forwarded_bytes < 4096
     assert got.dtype == x.dtype and np.array_equal(got, x)
     # Inside a container, and a slice of the array: still references, still the bytes.
     mid_out.write({"k": [v[MiB:2 * MiB], 7]})
     got2 = end.read(timeout=10)
-    assert end.last_nbytes < 4096
+    assert end.last_forwarded_bytes == 4 * MiB
+    assert end.last_nbytes - end.last_forwarded_bytes < 4096
     assert got2["k"][1] == 7 and np.array_equal(got2["k"][0], x[MiB:2 * MiB])
     del v, got, got2
     gc.collect()
