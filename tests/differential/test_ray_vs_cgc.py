@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import ray
 from ray.dag import InputNode, MultiOutputNode
+from ray.dag.context import DAGContext
 
 import cgc
 from cgc.frontend import record_ray_bind_sites
@@ -83,7 +84,15 @@ def _run_ray_cgraph(build, inputs) -> list[Any]:
         handles.append(cls.remote(*args))
         return handles[-1]
 
-    compiled = build(bind).experimental_compile()
+    # Ray CG's readers busy-poll: on a 2-core machine its first executions of a 4-actor
+    # graph can take over its default 10 s get timeout (seen: 13 s for three). Only its
+    # results are compared here, so give it time.
+    ctx = DAGContext.get_current()
+    saved, ctx.get_timeout = ctx.get_timeout, 120
+    try:
+        compiled = build(bind).experimental_compile()
+    finally:
+        ctx.get_timeout = saved
     try:
         return [_normalize(ray.get(compiled.execute(*args))) for args in inputs]
     finally:
