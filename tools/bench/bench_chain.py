@@ -156,6 +156,15 @@ SYSTEMS: dict[str, Callable[[int, argparse.Namespace], Cell]] = {
     "cgc_no_wake": run_cgc_no_wake}
 
 
+def _system(name: str) -> Callable[[int, argparse.Namespace], Cell]:
+    """A runner by name; ``cgc_k<K>`` is cgc with a wake-ahead window of K depths."""
+    if name in SYSTEMS:
+        return SYSTEMS[name]
+    if name.startswith("cgc_k") and name[5:].isdigit():
+        return lambda n, args: run_cgc(n, args, wake_ahead=int(name[5:]))
+    raise SystemExit(f"unknown system {name!r}: use raw, ray_cgraph, cgc, cgc_no_wake, cgc_k<K>")
+
+
 def _cell(c: Cell | None) -> str:
     if c is None:
         return "—"
@@ -196,7 +205,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--actors", default="8,16,32,64,128", help="comma-separated N")
     parser.add_argument("--systems", default="raw,ray_cgraph,cgc",
-                        help="of raw, ray_cgraph, cgc, cgc_no_wake (cgc with wake-ahead off)")
+                        help="of raw, ray_cgraph, cgc, cgc_no_wake (cgc with wake-ahead off), "
+                        "cgc_k<K> (window of K depths; printed to stderr only)")
     parser.add_argument("--quick", action="store_true", help="fewer executions per cell")
     parser.add_argument("--iters", type=int, default=1000, help="executions per cell, at most")
     parser.add_argument("--seconds", type=float, default=4.0, help="timed seconds per cell, at most")
@@ -214,6 +224,8 @@ def main() -> int:
     if not args.no_echo and 1 not in sizes:
         sizes.insert(0, 1)
     systems = [s for s in args.systems.split(",") if s]
+    for s in systems:
+        _system(s)  # an unknown name fails before Ray starts
     start = time.monotonic()
     ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
@@ -231,7 +243,7 @@ def main() -> int:
             gc.collect()
             t0 = time.monotonic()
             try:
-                cells[system] = SYSTEMS[system](n, args)
+                cells[system] = _system(system)(n, args)
             except Exception as exc:  # noqa: BLE001 - report it in the cell, go on
                 first = (str(exc).strip().splitlines() or [""])[0][:120]
                 cells[system] = {"error": f"{type(exc).__name__}: {first}"}
