@@ -147,6 +147,41 @@ def test_schedule_view_of_a_collective_and_of_host_channels(plans, tmp_path):
     assert "<B>R c2</B>" in text and "→adder1" in text
 
 
+@needs_graphviz
+def test_an_8_actor_96_task_schedule_fits_a_screen_and_keeps_its_type_size(tmp_path):
+    """The issue's legibility case: 8 pipeline stages x 6 microbatches (96 tasks, 276 ops).
+
+    It wraps into bands no wider than a 1920-pixel screen (scrolling down, not sideways),
+    every op keeps its own cell and 9-point label, and every actor's lane is in each band.
+    """
+    sys.path.insert(0, str(ROOT / "tests" / "passes"))
+    import shapes  # the compiler tests' graph shapes
+
+    from cgc.passes import lower
+    from cgc.plan_schema.planfile import write_plan
+
+    plan = lower(shapes.one_f_one_b(8, 6))
+    tasks = [n for n in plan.graph.nodes if n.kind == pb.CALL]
+    assert len(plan.graph.actors) == 8 and len(tasks) == 96
+    path = tmp_path / "f8.cgplan"
+    write_plan(plan, path)
+    png, dot = tmp_path / "f8.png", tmp_path / "f8.dot"
+    for out in (png, dot):
+        assert main(["viz", str(path), "--schedule", "-o", str(out)]) == 0
+    width, height = _png_size(png)
+    assert width <= 1940 and height <= 2600, (width, height)
+    text = dot.read_text()
+    ops = sum(len(p.ops) for p in plan.lowered.programs)
+    cells = re.findall(r'^  "([\w.]+)" \[width=', text, re.MULTILINE)
+    assert len(cells) == len(set(cells)) == ops
+    assert text.count('POINT-SIZE="9"') == ops  # no label shrunk to fit
+    bands = re.findall(r"// band (\d+): steps", text)
+    assert len(bands) >= 2
+    for b in bands:  # each band repeats every lane (compute and comm stream)
+        lanes = re.findall(rf"^  b{b}_\d+ \[shape=plaintext.*?<B>(s\d)</B>", text, re.MULTILINE)
+        assert sorted(set(lanes)) == [f"s{i}" for i in range(8)] and len(lanes) == 16
+
+
 def test_ascii_views(plans, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
     assert main(["viz", str(plans["pipeline_nccl"]), "--ascii"]) == 0
