@@ -45,6 +45,23 @@ class _Timespec(ctypes.Structure):
 _tls = threading.local()
 
 
+def _wait_result(rc: int, call: str) -> bool:
+    """A futex wait's outcome from its return code: True when woken (rc >= 0, EAGAIN: the
+    value already differed, EINTR: callers re-check in a loop anyway), False on timeout.
+
+    Raises:
+        OSError: any other errno (EFAULT, EINVAL: a bad address), naming ``call``.
+    """
+    if rc >= 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EAGAIN, errno.EINTR):
+        return True
+    if err == errno.ETIMEDOUT:
+        return False
+    raise OSError(err, f"{call} failed: {os.strerror(err)}")
+
+
 def futex_wait(addr: int, expected: int, timeout: float | None) -> bool:
     """Sleep while the u32 at ``addr`` equals ``expected``, at most ``timeout`` seconds.
 
@@ -66,14 +83,7 @@ def futex_wait(addr: int, expected: int, timeout: float | None) -> bool:
         ts.tv_nsec = int((t - sec) * 1e9)
         ts_ptr = ctypes.addressof(ts)
     rc = _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, expected & 0xFFFFFFFF, ts_ptr, None, 0)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EAGAIN, errno.EINTR):
-        return True
-    if err == errno.ETIMEDOUT:
-        return False
-    raise OSError(err, f"futex wait failed: {os.strerror(err)}")
+    return _wait_result(rc, "futex wait")
 
 
 def futex_wake(addr: int, count: int = _INT_MAX) -> int:
@@ -142,14 +152,7 @@ def futex_wait2(addr: int, expected: int, addr2: int, expected2: int,
         ts.tv_nsec = int((t - int(t)) * 1e9)
         ts_ptr = ctypes.addressof(ts)
     rc = _waitv(_SYS_FUTEX_WAITV, ctypes.addressof(ws), 2, 0, ts_ptr, _CLOCK_MONOTONIC)
-    if rc >= 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EAGAIN, errno.EINTR):
-        return True
-    if err == errno.ETIMEDOUT:
-        return False
-    raise OSError(err, f"futex_waitv failed: {os.strerror(err)}")
+    return _wait_result(rc, "futex_waitv")
 
 
 _fence_lock = threading.Lock()
