@@ -20,6 +20,7 @@ import ctypes
 import errno
 import os
 import threading
+import time
 
 __all__ = ["futex_wait", "futex_wait2", "futex_wake", "fence", "HAVE_WAITV"]
 
@@ -134,8 +135,6 @@ def futex_wait2(addr: int, expected: int, addr2: int, expected2: int,
     Raises:
         OSError: a futex error other than EAGAIN / EINTR / ETIMEDOUT.
     """
-    import time
-
     ws = getattr(_tls, "waitv", None)
     if ws is None:
         ws = _tls.waitv = (_Waitv * 2)()
