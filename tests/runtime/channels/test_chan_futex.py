@@ -49,3 +49,17 @@ def test_wait2_either_word():
 def test_wait2_bad_address_raises():
     with pytest.raises(OSError, match="futex_waitv failed"):
         futex_wait2(_BAD, 0, _BAD + 64, 0, 0.01)
+
+
+def test_timeouts_are_honoured():
+    """Both waits sleep about their timeout (futex_wait's is relative, futex_waitv's an
+    absolute deadline: both filled into a per-thread timespec)."""
+    w, a = _word()
+    v, b = _word()
+    waits = [lambda: futex_wait(a, 0, 0.2)]
+    if HAVE_WAITV:
+        waits.append(lambda: futex_wait2(a, 0, b, 0, 0.2))
+    for wait in waits:
+        t0 = time.monotonic()
+        assert wait() is False
+        assert 0.15 <= time.monotonic() - t0 < 3.0
