@@ -24,16 +24,16 @@ from cgc.runtime.errors import CgcError
 
 __all__ = ["CgcDAGRef", "CgcDAGFuture"]
 
-_FOREVER = -1  # Ray's "no timeout"
+# Ray's "forever" (a negative timeout) in cgc's terms: cgc's None means the graph's default
+# and start()'s 0 means no limit, so a long finite wait stands in for it.
+FOREVER_S = 1e9
 
 
 def _cgc_timeout(timeout: float | None, default: float | None) -> float | None:
-    """Ray's get timeout (None: the graph's default, -1: forever) in cgc's terms."""
+    """Ray's get timeout (None: the graph's default, -1 or any negative: forever) for cgc."""
     if timeout is None:
         return default
-    if timeout == _FOREVER or timeout < 0:
-        return 1e9  # cgc's None would mean "the graph's get timeout"
-    return timeout
+    return FOREVER_S if timeout < 0 else timeout
 
 
 def _wrap(obj: CgcDAGRef | CgcDAGFuture, dag: Any, ref: Any) -> None:

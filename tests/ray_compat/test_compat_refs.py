@@ -25,3 +25,17 @@ def test_indices_and_str(cls, ray_name):
     multi = cls(_dag(True), cgc_ref)
     assert multi._channel_index == 1
     assert str(multi) == f"{ray_name}(cgc g7, execution_index=3, channel_index=1)"
+
+
+def test_ray_timeouts_in_cgc_terms():
+    from cgc.ray_compat.compiled import _timeout
+    from cgc.ray_compat.refs import FOREVER_S, _cgc_timeout
+
+    # ray.get(ref, timeout=...): None is the graph's default, negative is forever.
+    assert _cgc_timeout(None, 7.0) == 7.0
+    assert _cgc_timeout(-1, 7.0) == _cgc_timeout(-5, None) == FOREVER_S
+    assert _cgc_timeout(0, 7.0) == 0 and _cgc_timeout(2.5, None) == 2.5
+    # experimental_compile's timeouts: None is DAGContext's, 0 immediate, -1 forever.
+    assert _timeout(None, 10.0) == 10.0
+    assert _timeout(-1, 10.0) == FOREVER_S
+    assert 0 < _timeout(0, 10.0) < 1e-3
