@@ -43,27 +43,13 @@ _LOCK = threading.Lock()
 _state: dict[str, Any] = {}  # "original": Ray's method, "sites": the bind-site recorder
 
 
-def _experimental_compile(
-    self: Any,
-    _submit_timeout: float | None = None,
-    _buffer_size_bytes: int | None = None,
-    enable_asyncio: bool = False,
-    _max_inflight_executions: int | None = None,
-    _max_buffered_results: int | None = None,
-    _overlap_gpu_communication: bool | None = None,
-    _default_communicator: Any = "create",
-) -> CompiledDAG:
-    """``DAGNode.experimental_compile`` while cgc.ray_compat is installed (Ray's arguments)."""
-    return compile_ray_dag(
-        self,
-        _submit_timeout=_submit_timeout,
-        _buffer_size_bytes=_buffer_size_bytes,
-        enable_asyncio=enable_asyncio,
-        _max_inflight_executions=_max_inflight_executions,
-        _max_buffered_results=_max_buffered_results,
-        _overlap_gpu_communication=_overlap_gpu_communication,
-        _default_communicator=_default_communicator,
-    )
+def _experimental_compile(self: Any, *args: Any, **kwargs: Any) -> CompiledDAG:
+    """``DAGNode.experimental_compile`` while cgc.ray_compat is installed (Ray's arguments).
+
+    Why forwarded as is: ``compile_ray_dag`` holds the one list of Ray's arguments (same
+    order as Ray's), so the two cannot drift apart.
+    """
+    return compile_ray_dag(self, *args, **kwargs)
 
 
 def _no_serialization(obj: Any) -> Any:

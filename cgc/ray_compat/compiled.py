@@ -36,13 +36,12 @@ from typing import Any
 from cgc.errors import CompileError, UnsupportedNodeError
 from cgc.plan_schema.errors import ConfigError
 from cgc.ray_compat.errors import to_ray_error
-from cgc.ray_compat.refs import CgcDAGFuture, CgcDAGRef
+from cgc.ray_compat.refs import FOREVER_S, CgcDAGFuture, CgcDAGRef
 from cgc.runtime.errors import CgcError
 
 __all__ = ["CompiledDAG", "compile_ray_dag"]
 
 _IMMEDIATE = 1e-6  # Ray's timeout 0: succeed at once or time out (cgc's 0 means no limit)
-_FOREVER = 1e9
 
 
 def _timeout(value: float | None, default: float) -> float:
@@ -50,7 +49,7 @@ def _timeout(value: float | None, default: float) -> float:
     if value is None:
         value = default
     if value < 0:
-        return _FOREVER
+        return FOREVER_S
     return value if value > 0 else _IMMEDIATE
 
 

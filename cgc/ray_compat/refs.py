@@ -24,26 +24,38 @@ from cgc.runtime.errors import CgcError
 
 __all__ = ["CgcDAGRef", "CgcDAGFuture"]
 
-_FOREVER = -1  # Ray's "no timeout"
+# Ray's "forever" (a negative timeout) in cgc's terms: cgc's None means the graph's default
+# and start()'s 0 means no limit, so a long finite wait stands in for it.
+FOREVER_S = 1e9
 
 
 def _cgc_timeout(timeout: float | None, default: float | None) -> float | None:
-    """Ray's get timeout (None: the graph's default, -1: forever) in cgc's terms."""
+    """Ray's get timeout (None: the graph's default, -1 or any negative: forever) for cgc."""
     if timeout is None:
         return default
-    if timeout == _FOREVER or timeout < 0:
-        return 1e9  # cgc's None would mean "the graph's get timeout"
-    return timeout
+    return FOREVER_S if timeout < 0 else timeout
+
+
+def _wrap(obj: CgcDAGRef | CgcDAGFuture, dag: Any, ref: Any) -> None:
+    """What both ref types hold: their ``CompiledDAG``, the cgc ``Ref``, and Ray's indices
+    (Ray's ``__init__`` is skipped: it reads Ray's channels)."""
+    obj._dag = dag
+    obj._ref = ref
+    obj._execution_index = ref.exec_index
+    obj._channel_index = ref.output_index if dag._multi else None
+
+
+def _describe(obj: CgcDAGRef | CgcDAGFuture, ray_name: str) -> str:
+    """``str()`` of either ref type, in Ray's form, naming the cgc graph."""
+    return (f"{ray_name}(cgc {obj._dag.get_id()}, execution_index="
+            f"{obj._execution_index}, channel_index={obj._channel_index})")
 
 
 class CgcDAGRef(CompiledDAGRef):
     """One output of one execution of a cgc-backed ``CompiledDAG``; ``ray.get`` it once."""
 
-    def __init__(self, dag: Any, ref: Any) -> None:  # Ray's __init__ reads Ray's channels
-        self._dag = dag
-        self._ref = ref
-        self._execution_index = ref.exec_index
-        self._channel_index = ref.output_index if dag._multi else None
+    def __init__(self, dag: Any, ref: Any) -> None:
+        _wrap(self, dag, ref)
         self._ray_get_called = False
 
     def get(self, timeout: float | None = None) -> Any:
@@ -71,18 +83,14 @@ class CgcDAGRef(CompiledDAGRef):
         pass  # the wrapped cgc Ref frees an unfetched result when it goes
 
     def __str__(self) -> str:
-        return (f"CompiledDAGRef(cgc {self._dag.get_id()}, execution_index="
-                f"{self._execution_index}, channel_index={self._channel_index})")
+        return _describe(self, "CompiledDAGRef")
 
 
 class CgcDAGFuture(CompiledDAGFuture):
     """One output of one ``execute_async`` execution; ``await`` it once."""
 
     def __init__(self, dag: Any, ref: Any) -> None:
-        self._dag = dag
-        self._ref = ref
-        self._execution_index = ref.exec_index
-        self._channel_index = ref.output_index if dag._multi else None
+        _wrap(self, dag, ref)
         self._fut = None
         self._awaited = False
 
@@ -102,5 +110,4 @@ class CgcDAGFuture(CompiledDAGFuture):
         pass  # as CgcDAGRef
 
     def __str__(self) -> str:
-        return (f"CompiledDAGFuture(cgc {self._dag.get_id()}, execution_index="
-                f"{self._execution_index}, channel_index={self._channel_index})")
+        return _describe(self, "CompiledDAGFuture")

@@ -27,7 +27,8 @@ from .shm import Segment
 
 __all__ = ["Bells", "BELL_SPIN_S"]
 
-_LINE = 16  # u32 words per cache line: each bell on its own line
+_LINE_BYTES = 64  # each bell on its own cache line
+_LINE = _LINE_BYTES // 4  # u32 words per line
 BELL_SPIN_S = 1e-3  # how long a reader rung ahead spins before sleeping again
 
 
@@ -35,12 +36,14 @@ class Bells:
     """One doorbell word per depth ``0..depths`` in one shared segment."""
 
     seg: Segment
+    u: memoryview  # the segment as u32 words
+    depths: int  # the deepest bell (bells 1..depths ring; 0 is unused)
 
     @classmethod
     def create(cls, name: str, depths: int) -> Bells:
         """Create the segment (the driver does, before the actors attach)."""
         self = cls()
-        self.seg = Segment.create(name, 64 * (depths + 1))
+        self.seg = Segment.create(name, _LINE_BYTES * (depths + 1))
         self._init()
         return self
 
@@ -58,11 +61,11 @@ class Bells:
 
     def _init(self) -> None:
         self.u = self.seg.mv.cast("I")
-        self.depths = self.seg.size // 64 - 1
+        self.depths = self.seg.size // _LINE_BYTES - 1
 
     def address(self, depth: int) -> tuple[int, int]:
         """(address of the word, its index in ``u``) of bell ``depth``."""
-        return self.seg.addr + 64 * depth, depth * _LINE
+        return self.seg.addr + _LINE_BYTES * depth, depth * _LINE
 
     def value(self, depth: int) -> int:
         """The bell's current count."""
@@ -73,7 +76,7 @@ class Bells:
         if 0 < depth <= self.depths:
             i = depth * _LINE
             self.u[i] = (self.u[i] + 1) & 0xFFFFFFFF
-            futex_wake(self.seg.addr + 64 * depth)
+            futex_wake(self.seg.addr + _LINE_BYTES * depth)
 
     def close(self) -> None:
         """Unmap (and unlink, for the creator)."""

@@ -20,6 +20,7 @@ import ctypes
 import errno
 import os
 import threading
+import time
 
 __all__ = ["futex_wait", "futex_wait2", "futex_wake", "fence", "HAVE_WAITV"]
 
@@ -45,6 +46,39 @@ class _Timespec(ctypes.Structure):
 _tls = threading.local()
 
 
+def _timespec(slot: str, seconds: float) -> int:
+    """Address of this thread's ``_Timespec`` in ``slot`` set to ``seconds`` (>= 0).
+
+    Why per thread and reused: a wait runs on every slow read; allocating a struct each
+    time costs more than filling one in.
+    """
+    ts = getattr(_tls, slot, None)
+    if ts is None:
+        ts = _Timespec()
+        setattr(_tls, slot, ts)
+    sec = int(seconds)
+    ts.tv_sec = sec
+    ts.tv_nsec = int((seconds - sec) * 1e9)
+    return ctypes.addressof(ts)
+
+
+def _wait_result(rc: int, call: str) -> bool:
+    """A futex wait's outcome from its return code: True when woken (rc >= 0, EAGAIN: the
+    value already differed, EINTR: callers re-check in a loop anyway), False on timeout.
+
+    Raises:
+        OSError: any other errno (EFAULT, EINVAL: a bad address), naming ``call``.
+    """
+    if rc >= 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EAGAIN, errno.EINTR):
+        return True
+    if err == errno.ETIMEDOUT:
+        return False
+    raise OSError(err, f"{call} failed: {os.strerror(err)}")
+
+
 def futex_wait(addr: int, expected: int, timeout: float | None) -> bool:
     """Sleep while the u32 at ``addr`` equals ``expected``, at most ``timeout`` seconds.
 
@@ -54,26 +88,9 @@ def futex_wait(addr: int, expected: int, timeout: float | None) -> bool:
     Raises:
         OSError: any other futex error (EFAULT, EINVAL: a bad address).
     """
-    if timeout is None:
-        ts_ptr = None
-    else:
-        ts = getattr(_tls, "ts", None)
-        if ts is None:
-            ts = _tls.ts = _Timespec()
-        t = max(timeout, 0.0)
-        sec = int(t)
-        ts.tv_sec = sec
-        ts.tv_nsec = int((t - sec) * 1e9)
-        ts_ptr = ctypes.addressof(ts)
+    ts_ptr = None if timeout is None else _timespec("ts", max(timeout, 0.0))
     rc = _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, expected & 0xFFFFFFFF, ts_ptr, None, 0)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EAGAIN, errno.EINTR):
-        return True
-    if err == errno.ETIMEDOUT:
-        return False
-    raise OSError(err, f"futex wait failed: {os.strerror(err)}")
+    return _wait_result(rc, "futex wait")
 
 
 def futex_wake(addr: int, count: int = _INT_MAX) -> int:
@@ -124,8 +141,6 @@ def futex_wait2(addr: int, expected: int, addr2: int, expected2: int,
     Raises:
         OSError: a futex error other than EAGAIN / EINTR / ETIMEDOUT.
     """
-    import time
-
     ws = getattr(_tls, "waitv", None)
     if ws is None:
         ws = _tls.waitv = (_Waitv * 2)()
@@ -134,22 +149,9 @@ def futex_wait2(addr: int, expected: int, addr2: int, expected2: int,
     ws[1].uaddr, ws[1].val = addr2, expected2 & 0xFFFFFFFF
     ts_ptr = None
     if timeout is not None:  # futex_waitv takes an absolute CLOCK_MONOTONIC deadline
-        ts = getattr(_tls, "ts2", None)
-        if ts is None:
-            ts = _tls.ts2 = _Timespec()
-        t = time.clock_gettime(time.CLOCK_MONOTONIC) + max(timeout, 0.0)
-        ts.tv_sec = int(t)
-        ts.tv_nsec = int((t - int(t)) * 1e9)
-        ts_ptr = ctypes.addressof(ts)
+        ts_ptr = _timespec("ts2", time.clock_gettime(time.CLOCK_MONOTONIC) + max(timeout, 0.0))
     rc = _waitv(_SYS_FUTEX_WAITV, ctypes.addressof(ws), 2, 0, ts_ptr, _CLOCK_MONOTONIC)
-    if rc >= 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EAGAIN, errno.EINTR):
-        return True
-    if err == errno.ETIMEDOUT:
-        return False
-    raise OSError(err, f"futex_waitv failed: {os.strerror(err)}")
+    return _wait_result(rc, "futex_waitv")
 
 
 _fence_lock = threading.Lock()

@@ -29,6 +29,7 @@ import argparse
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -96,6 +97,28 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def _cached_cuda_tensor(cache: dict[int, Any], n: int) -> Any:
+    """The anchor's producer step (cgc's ``Maker`` and Ray CG's ``A`` alike): one CUDA
+    tensor of ``n`` bytes per size, made once and returned again after."""
+    import torch
+
+    if n not in cache:
+        cache[n] = torch.ones(n, dtype=torch.uint8, device="cuda")
+    return cache[n]
+
+
+def _execute_get_us(execute_get: Callable[[int], Any], n: int, iters: int) -> list[float]:
+    """µs of ``execute_get(n)`` per iteration, after 5 untimed warm-up calls."""
+    for _ in range(5):
+        execute_get(n)
+    lat = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        execute_get(n)
+        lat.append((time.perf_counter() - t) * 1e6)
+    return lat
+
+
 def bench_cgc(sizes: list[int], iters: int, slots: int) -> None:
     cls = ray.remote(num_gpus=0.5, num_cpus=0)(Hop)
     a, b = cls.remote(), cls.remote()
@@ -122,14 +145,10 @@ class Maker:
     """The anchor's producer: one cached CUDA tensor per size."""
 
     def __init__(self) -> None:
-        self.t: dict = {}
+        self.t: dict[int, Any] = {}
 
     def mk(self, n: int) -> Any:
-        import torch
-
-        if n not in self.t:
-            self.t[n] = torch.ones(n, dtype=torch.uint8, device="cuda")
-        return self.t[n]
+        return _cached_cuda_tensor(self.t, n)
 
 
 @cgc.actor(num_gpus=0.5, num_cpus=0)
@@ -153,14 +172,12 @@ def bench_cgc_graph(sizes: list[int], iters: int, label: str = "auto") -> dict[i
         bound = ", ".join(f"comm {c}: {x.transport} ({x.reason})"
                           for c, x in sorted(g.comm_bindings.items()))
         print(f"cgc graph [{label}] set-up {g.setup_seconds:.2f} s; {bound}", flush=True)
+
+        def execute_get(n: int) -> None:
+            assert g.execute(n).get() == 8
+
         for n in sizes:
-            for _ in range(5):
-                assert g.execute(n).get() == 8
-            lat = []
-            for _ in range(iters):
-                t = time.perf_counter()
-                g.execute(n).get()
-                lat.append((time.perf_counter() - t) * 1e6)
+            lat = _execute_get_us(execute_get, n, iters)
             out[n] = statistics.median(lat)
             print(f"cgc graph [{label}] same-GPU execute->get bytes={n} p50_us={out[n]:.0f} "
                   f"p99_us={_pct(lat, 0.99):.0f}", flush=True)
@@ -168,18 +185,15 @@ def bench_cgc_graph(sizes: list[int], iters: int, label: str = "auto") -> dict[i
 
 
 def bench_ray_cg(sizes: list[int], iters: int) -> None:
-    import torch
     from ray.dag import InputNode
 
     @ray.remote(num_gpus=0.5)
     class A:
         def __init__(self) -> None:
-            self.t: dict = {}
+            self.t: dict[int, Any] = {}
 
         def mk(self, n: int) -> Any:
-            if n not in self.t:
-                self.t[n] = torch.ones(n, dtype=torch.uint8, device="cuda")
-            return self.t[n]
+            return _cached_cuda_tensor(self.t, n)
 
     @ray.remote(num_gpus=0.5)
     class B:
@@ -192,13 +206,7 @@ def bench_ray_cg(sizes: list[int], iters: int) -> None:
     cd = dag.experimental_compile()
     try:
         for n in sizes:
-            for _ in range(5):
-                ray.get(cd.execute(n))
-            lat = []
-            for _ in range(iters):
-                t = time.perf_counter()
-                ray.get(cd.execute(n))
-                lat.append((time.perf_counter() - t) * 1e6)
+            lat = _execute_get_us(lambda n: ray.get(cd.execute(n)), n, iters)
             print(f"ray_cg same-GPU execute->get bytes={n} p50_us={statistics.median(lat):.0f}",
                   flush=True)
     finally:

@@ -1,7 +1,8 @@
 """The floor under cgc: a chain of plain processes passing a counter through shared memory.
 
-No Ray and no cgc: one shared-memory file of u32 words (one per cache line), Linux futexes
-through ctypes, and the same wait policy shape as cgc's channels (spin with a yield for a
+No Ray and no cgc runtime: one shared-memory file of u32 words (one per cache line), Linux
+futexes through ctypes (the syscall handle and numbers of cgc's ``futex.py``, nothing
+else), and the same wait policy shape as cgc's channels (spin with a yield for a
 bounded time, then sleep on the futex). Word ``k - 1`` is what process ``k`` waits on and
 word ``k`` what it sets; the driver sets word 0 and waits on word N, so a chain of N
 processes is N + 1 hops, like a cgc or Ray CG chain of N actors driven from the driver. A
@@ -18,29 +19,43 @@ so starting 128 of them is quick.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import mmap
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import ModuleType
 
 __all__ = ["RawChain"]
 
+
+def _load_futex() -> ModuleType:
+    """cgc's futex syscall wrapper module (``runtime/channels/futex.py``), loaded from its file.
+
+    Why only this file, and by path: the chain stays a floor with no cgc runtime in it (it
+    borrows only the syscall number, the futex op codes and the ctypes ``syscall`` handle;
+    the waits below are its own raw calls), and importing it as
+    ``cgc.runtime.channels.futex`` would first import the ``cgc.runtime`` package (~0.3 s
+    per worker process, against ~10 ms for this file).
+    """
+    path = Path(__file__).resolve().parents[2] / "runtime" / "channels" / "futex.py"
+    spec = importlib.util.spec_from_file_location("_cgc_bench_futex", path)
+    assert spec is not None and spec.loader is not None, path
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_futex = _load_futex()
+_SYS_FUTEX, _FUTEX_WAIT, _FUTEX_WAKE = _futex._SYS_FUTEX, _futex._FUTEX_WAIT, _futex._FUTEX_WAKE
+_WAKE_ALL = _futex._INT_MAX
+_syscall = _futex._syscall
+
 _LINE_WORDS = 16  # u32 words per 64-byte cache line: each word on its own line
 _STOP = 0xFFFFFFFF
-_SYS_FUTEX = 98 if os.uname().machine in ("aarch64", "arm64") else 202
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-_syscall.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-_TS = _Timespec(0, 100_000_000)  # sleeps re-check every 100 ms (a lost process never hangs us)
+_TS = _futex._Timespec(0, 100_000_000)  # sleeps re-check every 100 ms (a lost process never hangs us)
 
 
 class _Words:
@@ -60,7 +75,7 @@ class _Words:
 
     def set(self, i: int, value: int) -> None:
         self.arr[i * _LINE_WORDS] = value
-        _syscall(_SYS_FUTEX, self.base + 64 * i, 1, 0x7FFFFFFF, None, None, 0)  # FUTEX_WAKE
+        _syscall(_SYS_FUTEX, self.base + 64 * i, _FUTEX_WAKE, _WAKE_ALL, None, None, 0)
 
     def wait(self, i: int, target: int, spin_s: float) -> int:
         """Wait until word ``i`` equals ``target`` or ``_STOP``; return the value."""
@@ -75,7 +90,7 @@ class _Words:
                 return v
         addr, ts = self.base + 64 * i, ctypes.addressof(_TS)
         while True:
-            _syscall(_SYS_FUTEX, addr, 0, v, ts, None, 0)  # FUTEX_WAIT while it is still v
+            _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, v, ts, None, 0)  # while it is still v
             v = self.arr[i * _LINE_WORDS]
             if v == target or v == _STOP:
                 return v
