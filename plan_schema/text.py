@@ -288,6 +288,9 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
         out.extend(f"  comm {c.id} {c.backend}: {' '.join(c.members)}" for c in low.communicators)
     out.append("programs:")
     out.extend("  " + format_program(p) for p in low.programs)
+    depths = [f"{p.actor}={p.wake_depth}" for p in low.programs if p.wake_depth]
+    if depths:
+        out.append(f"wake depths: {' '.join(depths)}")
     at_cap = _name(pb.AtCapacity, cfg.at_capacity, "ExecConfig.at_capacity")
     out.append(
         f"config: capacity={cfg.capacity} at_capacity={at_cap.removeprefix('AT_CAPACITY_').lower()} "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -96,9 +96,8 @@ class LoopOptions:
         trace: record a time slice per op (``cgc.runtime.trace``).
         torch_profile: directory for a torch profiler trace of the loop ("" = off).
         nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
-        depths: each actor's hops from the driver, when wake-ahead is on
-            (``cgc.runtime.wake``); empty = off.
-        wake_ahead: how many depths ahead of itself an actor rings when it starts work.
+        wake_ahead: how many depths ahead of itself an actor rings when it starts work
+            (0 = wake-ahead off); the depths are the plan's (``Program.wake_depth``).
         max_frame_bytes: the largest value this actor's TCP channels carry.
     """
 
@@ -111,7 +110,6 @@ class LoopOptions:
     trace: bool = False
     torch_profile: str = ""
     nvtx: bool = False
-    depths: dict[str, int] = field(default_factory=dict)
     wake_ahead: int = 0
     max_frame_bytes: int = MAX_FRAME_BYTES
 
@@ -228,7 +226,7 @@ class ActorLoop:
 
     def _attach_bells(self) -> None:
         """Wake-ahead: this actor's shared-memory readers also wait on its depth's bell."""
-        depth = self.opts.depths.get(self.actor, 0)
+        depth = self.program.wake_depth
         if not depth or not self.opts.wake_ahead:
             return
         from cgc.runtime.channels.bell import Bells
@@ -246,7 +244,7 @@ class ActorLoop:
         each execution starts (the data front has reached this actor)."""
         if self.bells is None:
             return ops
-        target = self.opts.depths[self.actor] + self.opts.wake_ahead
+        target = self.program.wake_depth + self.opts.wake_ahead
         first = next((i for i, o in enumerate(self.program.ops) if o.kind == pb.COMPUTE), None)
         if first is None or target > self.bells.depths:
             return ops

@@ -112,3 +112,62 @@ def test_a_collective_moved_to_another_stored_communicator_runs_there(ray_cluste
     names = [e["name"] for e in json.loads(trace.read_text())["traceEvents"]
              if e["ph"] == "X" and e.get("cat") == "COLL"]
     assert names and all("@g1" in n for n in names)
+
+
+def _actor_state(graph, probe: str):
+    """``probe`` (a function below, by name) run inside every actor on its loop of
+    ``graph``: actor -> result. The functions travel by value (the actors cannot import
+    this test module)."""
+    import ray
+
+    def bell_depths(loop):  # the depth each of the actor's readers waits on
+        if loop.bells is None:
+            return []
+        index = {loop.bells.address(d)[1]: d for d in range(loop.bells.depths + 1)}
+        return sorted(index[r._bell[1]] for r in loop.readers.values()
+                      if getattr(r, "_bell", None) is not None)
+
+    def ring_slots(loop):  # channel id -> slots of the rings this actor writes
+        return {cid: w.slots for cid, w in sorted(loop.writers.items())}
+
+    fn = {"bell_depths": bell_depths, "ring_slots": ring_slots}[probe]
+
+    def run(self, gid):
+        from cgc.runtime.executor import LOOPS, LOOPS_LOCK
+
+        with LOOPS_LOCK:
+            loop = LOOPS[gid]
+        return fn(loop)
+
+    return {n: ray.get(h.__ray_call__.remote(run, graph.gid), timeout=30)
+            for n, h in graph.actors.items()}
+
+
+@pytest.mark.skipif(not __import__("cgc.runtime.channels.futex", fromlist=["x"]).HAVE_WAITV,
+                    reason="wake-ahead needs futex_waitv (Linux >= 5.16)")
+def test_wake_depths_come_from_the_plan(ray_cluster):
+    """The doorbells follow Program.wake_depth as stored; only the window is run-time."""
+    plan = G.chain_plan(3)
+    assert [p.wake_depth for p in plan.proto.lowered.programs] == [1, 2, 3]
+    with plan.start(get_timeout=30, wake_ahead=1) as g:  # as compiled
+        assert g.bells.depths == 3 and g.bell_ahead == [2]
+        assert _actor_state(g, "bell_depths") == {"worker0": [1], "worker1": [2],
+                                                 "worker2": [3]}
+        assert g.execute(1).get() == 7
+
+    def shallower(p: pb.Plan) -> None:  # the deepest actor stored one hop up
+        p.lowered.programs[2].wake_depth = 2
+
+    with _changed(plan, shallower).start(get_timeout=30, wake_ahead=1) as g:
+        assert g.bells.depths == 2 and g.bell_ahead == [2]
+        assert _actor_state(g, "bell_depths") == {"worker0": [1], "worker1": [2],
+                                                 "worker2": [2]}
+        assert g.execute(1).get() == 7
+
+    def flat(p: pb.Plan) -> None:  # every actor stored at depth 1: nothing to ring ahead
+        for prog in p.lowered.programs:
+            prog.wake_depth = 1
+
+    with _changed(plan, flat).start(get_timeout=30, wake_ahead=2) as g:
+        assert g.bells is None and g.bell_ahead == []
+        assert g.execute(1).get() == 7
