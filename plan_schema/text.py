@@ -250,6 +250,8 @@ def _channel_line(ch: pb.Channel) -> str:
         extra += f" device={_name(pb.Device, ch.device, f'channel c{ch.id} device').lower()}"
     if ch.spec.dtype:
         extra += f" spec={ch.spec.dtype}{list(ch.spec.shape)}"
+    if ch.direct_return:
+        extra += " direct"
     return (
         f"  c{ch.id} {kind} {src} {ch.writer} -> {','.join(ch.readers)}{extra}"
         f" bytes={ch.slot_bytes} ({ch.reason})"

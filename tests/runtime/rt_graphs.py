@@ -98,6 +98,16 @@ def multi_plan():
     return cgc.compile(dag, name="t_multi")
 
 
+def direct_return_plan():
+    """a.echo (declared direct_return: one tensor) -> b.add(x, k=0) -> output, and a.echo's
+    value straight to the driver too."""
+    a, b = Echo.bind(), Worker.bind(0)
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport("shm", _direct_return=True)
+        dag = MultiOutputNode([x, b.add.bind(x)])
+    return cgc.compile(dag, name="t_direct")
+
+
 def slow_plan():
     w = Worker.bind()
     with InputNode() as inp:
