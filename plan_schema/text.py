@@ -250,6 +250,8 @@ def _channel_line(ch: pb.Channel) -> str:
         extra += f" device={_name(pb.Device, ch.device, f'channel c{ch.id} device').lower()}"
     if ch.spec.dtype:
         extra += f" spec={ch.spec.dtype}{list(ch.spec.shape)}"
+    if ch.direct_return:
+        extra += " direct"
     return (
         f"  c{ch.id} {kind} {src} {ch.writer} -> {','.join(ch.readers)}{extra}"
         f" bytes={ch.slot_bytes} ({ch.reason})"
@@ -288,6 +290,9 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
         out.extend(f"  comm {c.id} {c.backend}: {' '.join(c.members)}" for c in low.communicators)
     out.append("programs:")
     out.extend("  " + format_program(p) for p in low.programs)
+    depths = [f"{p.actor}={p.wake_depth}" for p in low.programs if p.wake_depth]
+    if depths:
+        out.append(f"wake depths: {' '.join(depths)}")
     at_cap = _name(pb.AtCapacity, cfg.at_capacity, "ExecConfig.at_capacity")
     out.append(
         f"config: capacity={cfg.capacity} at_capacity={at_cap.removeprefix('AT_CAPACITY_').lower()} "

@@ -20,6 +20,7 @@ from cgc.runtime.errors import (
     ActorDiedError,
     CapacityExceededError,
     CgcTimeoutError,
+    DirectReturnError,
     GetTimeoutError,
     GraphFailedError,
     GraphTornDownError,
@@ -55,4 +56,5 @@ __all__ = [
     "InputMismatchError",
     "PlacementError",
     "SetupError",
+    "DirectReturnError",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "InputMismatchError",
     "PlacementError",
     "SetupError",
+    "DirectReturnError",
     "to_exception",
     "mro_names",
     "format_blocked",
@@ -135,6 +136,15 @@ class PlacementError(CgcError):
 
 class SetupError(CgcError):
     """Starting the graph failed (actor creation, channel set-up, warm-up)."""
+
+
+class DirectReturnError(CgcError, TypeError):
+    """A method's result on an edge the plan declares ``direct_return`` (``Channel.
+    direct_return``: exactly one tensor, never wrapped) is not one tensor.
+
+    Raised by ``get()`` of that execution only (as a ``RemoteError`` naming the actor and
+    method); the graph keeps serving the next executions.
+    """
 
 
 def mro_names(exc: BaseException) -> list[str]:

@@ -25,9 +25,10 @@ output; a task with an ``ErrorValue`` input skips its call and forwards it.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -36,12 +37,27 @@ from cgc.plan_schema.values import decode_value
 from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.endpoints import communicator_prefix, open_host_reader, open_host_writer
-from cgc.runtime.errors import SetupError, mro_names
+from cgc.runtime.errors import DirectReturnError, SetupError, mro_names
 from cgc.runtime.optext import op_text
 from cgc.runtime.wire import PING, Ping, input_attr
 
 __all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "LOOPS_CHANGED", "EXITS",
            "TRACES"]
+
+
+def _is_tensor(v: Any) -> bool:
+    """One tensor as the channels carry it out of band: a torch tensor (any device) or a
+    numpy array (``cgc.runtime.channels.serial``)."""
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    return ((np is not None and isinstance(v, np.ndarray))
+            or (torch is not None and isinstance(v, torch.Tensor)))
+
+
+def _what(v: Any) -> str:
+    """``"a tuple of 2 values"``, ``"a dict"``: what a value is, for messages."""
+    if isinstance(v, (tuple, list)):
+        return f"a {type(v).__name__} of {len(v)} values"
+    return "None" if v is None else f"a {type(v).__name__}"
 
 
 def _no_settle(tab: dict, before: Any) -> None:
@@ -96,9 +112,8 @@ class LoopOptions:
         trace: record a time slice per op (``cgc.runtime.trace``).
         torch_profile: directory for a torch profiler trace of the loop ("" = off).
         nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
-        depths: each actor's hops from the driver, when wake-ahead is on
-            (``cgc.runtime.wake``); empty = off.
-        wake_ahead: how many depths ahead of itself an actor rings when it starts work.
+        wake_ahead: how many depths ahead of itself an actor rings when it starts work
+            (0 = wake-ahead off); the depths are the plan's (``Program.wake_depth``).
         max_frame_bytes: the largest value this actor's TCP channels carry.
     """
 
@@ -111,7 +126,6 @@ class LoopOptions:
     trace: bool = False
     torch_profile: str = ""
     nvtx: bool = False
-    depths: dict[str, int] = field(default_factory=dict)
     wake_ahead: int = 0
     max_frame_bytes: int = MAX_FRAME_BYTES
 
@@ -228,7 +242,7 @@ class ActorLoop:
 
     def _attach_bells(self) -> None:
         """Wake-ahead: this actor's shared-memory readers also wait on its depth's bell."""
-        depth = self.opts.depths.get(self.actor, 0)
+        depth = self.program.wake_depth
         if not depth or not self.opts.wake_ahead:
             return
         from cgc.runtime.channels.bell import Bells
@@ -246,7 +260,7 @@ class ActorLoop:
         each execution starts (the data front has reached this actor)."""
         if self.bells is None:
             return ops
-        target = self.opts.depths[self.actor] + self.opts.wake_ahead
+        target = self.program.wake_depth + self.opts.wake_ahead
         first = next((i for i, o in enumerate(self.program.ops) if o.kind == pb.COMPUTE), None)
         if first is None or target > self.bells.depths:
             return ops
@@ -464,6 +478,9 @@ class ActorLoop:
         nret = node.num_returns or 1
         outs = [(task, i) for i in range(nret)]
         ev_type = ErrorValue
+        # Outputs on an edge the plan declares direct_return: each must be one tensor.
+        direct = sorted({ch.source.output_index for ch in self.plan.lowered.channels
+                         if ch.direct_return and ch.source.node == task})
         ready = self._waiter([v for r, v in specs if r] + [v for _, r, v in kspecs if r])
 
         def do_compute() -> None:
@@ -502,6 +519,14 @@ class ActorLoop:
                                  f"(num_returns={nret})")
                 for k in outs:
                     tab[k] = self._error(bad, method, off)
+            for i in direct:
+                v = tab[outs[i]]
+                if type(v) is not ev_type and not _is_tensor(v):
+                    tab[outs[i]] = self._error(DirectReturnError(
+                        f"{node.name} ({type(self.obj).__qualname__}.{method}) returned "
+                        f"{_what(v)} as output {i}, but the plan declares that edge "
+                        "direct_return: exactly one tensor (a torch.Tensor or a numpy array), "
+                        "never wrapped; return one tensor or drop _direct_return"), method, off)
         return do_compute
 
     def _compile_coll(self, node: pb.Node, communicator: int, off: int) -> Any:

@@ -166,24 +166,25 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     return graph
 
 
-def _wake_ahead(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig) -> tuple[dict[str, int], int]:
-    """Create the graph's doorbells when wake-ahead applies; return (depths, window).
+def _wake_ahead(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig) -> int:
+    """Create the graph's doorbells when wake-ahead applies; return the window (0: off).
 
-    Applies when the window is >= 1, some actor is two or more hops from the driver, and
-    the kernel has ``futex_waitv`` (else readers could not wait on a bell).
+    The depths are the plan's (``Program.wake_depth``, pass ``wake``); only the window is
+    decided here, from the run configuration and this machine's cores. Applies when the
+    window is >= 1, some actor is two or more hops from the driver, and the kernel has
+    ``futex_waitv`` (else readers could not wait on a bell).
     """
     from cgc.runtime.channels.bell import Bells
     from cgc.runtime.channels.futex import HAVE_WAITV
-    from cgc.runtime.wake import actor_depths, wake_window
+    from cgc.runtime.wake import wake_window
 
     window = wake_window(cfg.wake_ahead)
-    depths = actor_depths(proto)
-    deepest = max(depths.values(), default=0)
+    deepest = max((p.wake_depth for p in proto.lowered.programs), default=0)
     if window < 1 or deepest < 2 or not HAVE_WAITV:
-        return {}, 0
+        return 0
     graph.bells = Bells.create(graph.prefix + "bell", deepest)
     graph.bell_ahead = list(range(2, min(1 + window, deepest) + 1))
-    return depths, window
+    return window
 
 
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: Any,
@@ -198,12 +199,12 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     handles = graph.actors
     low = proto.lowered
     fake_hosts = fake_hosts_enabled()
-    depths, window = _wake_ahead(graph, proto, cfg)
+    window = _wake_ahead(graph, proto, cfg)
     opts = LoopOptions(prefix=graph.prefix, secret=secret, spin_us=cfg.spin_us,
                        slot_bytes=cfg.slot_bytes, trace=bool(cfg.trace),
                        torch_profile=cfg.torch_profile, nvtx=cfg.nvtx, fake_hosts=fake_hosts,
                        probe_gpu=info.has_gpus and cfg.communicator != "cpu",
-                       depths=depths, wake_ahead=window,
+                       wake_ahead=window,
                        max_frame_bytes=cfg.max_frame_bytes)
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).

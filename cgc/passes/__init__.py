@@ -23,6 +23,7 @@ from cgc.passes import (
     schedule,
     transports,
     verified,
+    wake,
 )
 from cgc.passes.state import LowerOptions, LowerState, Pass, PassInvariantError
 from cgc.plan_schema import plan_pb2 as pb
@@ -38,6 +39,7 @@ PIPELINE: list[Pass] = [
     Pass("capacity", capacity.assign_capacity, capacity.pre, capacity.post),
     Pass("config", config.fill_config, config.pre, config.post),
     Pass("overlap", overlap.overlap, overlap.pre, overlap.post),
+    Pass("wake", wake.assign_wake_depths, wake.pre, wake.post),
     Pass("verify", verified.verify, verified.pre, verified.post),
 ]
 

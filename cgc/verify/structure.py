@@ -11,7 +11,8 @@ an ``IndexError`` later. The checks run in layers, each relying on the ones befo
 3. the lowered part: channels (endpoints, sources, driver channels), communicators,
    ``ExecConfig`` (capacity within every driver channel's slots), edges;
 4. programs: each op's fields (kind, task, channel, peer, communicator, extract), one op
-   per task and channel end per execution, data available before use, seq pairing.
+   per task and channel end per execution, data available before use, seq pairing;
+   ``wake_depth`` at most the number of actors.
 
 Example: ``check_structure(plan)`` returns None for a plan ``lower`` wrote.
 """
@@ -608,6 +609,12 @@ def check_structure(plan: pb.Plan, limits: Limits | None = None) -> None:
             f"there must be one program per actor, in Graph.actors order ({len(low.programs)} "
             f"programs for {len(g.actors)} actors; not lowered? compile it with cgc)"
         )
+    for prog in low.programs:  # the runtime sizes the doorbells by the deepest one
+        if prog.wake_depth > len(g.actors):
+            _fail(
+                f"actor {prog.actor}'s wake_depth {prog.wake_depth} is beyond the number of "
+                f"actors ({len(g.actors)}): a depth counts hops through distinct actors"
+            )
     _check_channels(plan)
     _check_communicators(plan)
     _check_config(plan)

@@ -98,6 +98,49 @@ def multi_plan():
     return cgc.compile(dag, name="t_multi")
 
 
+def direct_return_plan():
+    """a.echo (declared direct_return: one tensor) -> b.add(x, k=0) -> output, and a.echo's
+    value straight to the driver too."""
+    a, b = Echo.bind(), Worker.bind(0)
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport("shm", _direct_return=True)
+        dag = MultiOutputNode([x, b.add.bind(x)])
+    return cgc.compile(dag, name="t_direct")
+
+
+def extract_plan():
+    """worker takes the whole input (``pid(inp)``) and ``inp[0]``, ``inp[1]``
+    (``combine``): its READ of the whole input's channel extracts both (``Op.extract``).
+
+    The frontend refuses a graph that mixes ``inp`` and ``inp[i]`` (Ray's rule), so the
+    graph is the traced ``combine(inp[0], inp[1])`` with a ``pid(inp)`` task added by hand,
+    lowered by the compiler's passes (a plan another producer could write).
+    """
+    from cgc.passes import lower
+    from cgc.plan_schema import plan_pb2 as pb
+    from cgc.runtime import Plan
+
+    a = Worker.bind(0)
+    with InputNode() as inp:
+        dag = a.combine.bind(inp[0], inp[1])
+    traced = cgc.compile(dag, name="t_extract")
+    proto = pb.Plan()
+    proto.CopyFrom(traced.proto)
+    g = proto.graph
+    out = g.nodes.pop()  # OUTPUT goes last again, after the new task
+    pid = g.nodes.add(id=out.id, kind=pb.CALL, name="worker.pid#1", actor="worker",
+                      method="pid", num_returns=1, bind_index=1)
+    pid.args.add().ref.node = 0
+    out.id += 1
+    out.args.add().ref.node = pid.id
+    out.multi_output = True
+    g.nodes.append(out)
+    g.whole_input = True
+    proto.ClearField("lowered")
+    proto.ClearField("config")
+    return Plan(lower(proto), classes=traced.classes)
+
+
 def slow_plan():
     w = Worker.bind()
     with InputNode() as inp:

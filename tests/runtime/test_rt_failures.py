@@ -12,6 +12,7 @@ import rt_graphs as G
 
 from cgc.runtime import (
     ActorDiedError,
+    DirectReturnError,
     GetTimeoutError,
     GraphTornDownError,
     RemoteError,
@@ -56,6 +57,28 @@ def test_unsendable_result_is_an_error_value(ray_cluster):
             g.execute(1).get()
         assert info.value.actor == "worker0"
         assert g.execute(0).get() == 1  # the graph keeps working
+
+
+def test_direct_return_edge_takes_one_tensor_and_fails_only_that_execution(ray_cluster):
+    import numpy as np
+
+    plan = G.direct_return_plan()
+    assert [ch.direct_return for ch in plan.proto.lowered.channels
+            if ch.writer == "echo"] == [True]
+    with plan.start(get_timeout=30) as g:
+        x, y = (r.get() for r in g.execute(np.arange(3.0)))
+        assert x.tolist() == y.tolist() == [0.0, 1.0, 2.0]
+        bad = g.execute({"x": np.arange(3.0)})  # a dict holding a tensor: wrapped
+        for ref in bad:  # the driver's copy and the downstream worker's result
+            with pytest.raises(DirectReturnError) as info:
+                ref.get()
+            exc = info.value
+            assert isinstance(exc, RemoteError) and isinstance(exc, TypeError)
+            assert (exc.actor, exc.method, exc.exec_index) == ("echo", "echo", 1)
+            msg = str(exc)
+            assert "echo.echo#0 (Echo.echo) returned a dict" in msg and "direct_return" in msg
+        x, y = (r.get() for r in g.execute(np.ones(2)))  # the graph keeps serving
+        assert x.tolist() == y.tolist() == [1.0, 1.0]
 
 
 def test_get_timeout_names_where_actors_are_blocked(ray_cluster):

@@ -112,3 +112,125 @@ def test_a_collective_moved_to_another_stored_communicator_runs_there(ray_cluste
     names = [e["name"] for e in json.loads(trace.read_text())["traceEvents"]
              if e["ph"] == "X" and e.get("cat") == "COLL"]
     assert names and all("@g1" in n for n in names)
+
+
+def _actor_state(graph, probe: str):
+    """``probe`` (a function below, by name) run inside every actor on its loop of
+    ``graph``: actor -> result. The functions travel by value (the actors cannot import
+    this test module)."""
+    import ray
+
+    def bell_depths(loop):  # the depth each of the actor's readers waits on
+        if loop.bells is None:
+            return []
+        index = {loop.bells.address(d)[1]: d for d in range(loop.bells.depths + 1)}
+        return sorted(index[r._bell[1]] for r in loop.readers.values()
+                      if getattr(r, "_bell", None) is not None)
+
+    def ring_slots(loop):  # channel id -> slots of the rings this actor writes
+        return {cid: w.slots for cid, w in sorted(loop.writers.items())}
+
+    fn = {"bell_depths": bell_depths, "ring_slots": ring_slots}[probe]
+
+    def run(self, gid):
+        from cgc.runtime.executor import LOOPS, LOOPS_LOCK
+
+        with LOOPS_LOCK:
+            loop = LOOPS[gid]
+        return fn(loop)
+
+    return {n: ray.get(h.__ray_call__.remote(run, graph.gid), timeout=30)
+            for n, h in graph.actors.items()}
+
+
+@pytest.mark.skipif(not __import__("cgc.runtime.channels.futex", fromlist=["x"]).HAVE_WAITV,
+                    reason="wake-ahead needs futex_waitv (Linux >= 5.16)")
+def test_wake_depths_come_from_the_plan(ray_cluster):
+    """The doorbells follow Program.wake_depth as stored; only the window is run-time."""
+    plan = G.chain_plan(3)
+    assert [p.wake_depth for p in plan.proto.lowered.programs] == [1, 2, 3]
+    with plan.start(get_timeout=30, wake_ahead=1) as g:  # as compiled
+        assert g.bells.depths == 3 and g.bell_ahead == [2]
+        assert _actor_state(g, "bell_depths") == {"worker0": [1], "worker1": [2],
+                                                 "worker2": [3]}
+        assert g.execute(1).get() == 7
+
+    def shallower(p: pb.Plan) -> None:  # the deepest actor stored one hop up
+        p.lowered.programs[2].wake_depth = 2
+
+    with _changed(plan, shallower).start(get_timeout=30, wake_ahead=1) as g:
+        assert g.bells.depths == 2 and g.bell_ahead == [2]
+        assert _actor_state(g, "bell_depths") == {"worker0": [1], "worker1": [2],
+                                                 "worker2": [2]}
+        assert g.execute(1).get() == 7
+
+    def flat(p: pb.Plan) -> None:  # every actor stored at depth 1: nothing to ring ahead
+        for prog in p.lowered.programs:
+            prog.wake_depth = 1
+
+    with _changed(plan, flat).start(get_timeout=30, wake_ahead=2) as g:
+        assert g.bells is None and g.bell_ahead == []
+        assert g.execute(1).get() == 7
+
+
+def test_input_attributes_are_taken_out_as_the_stored_extract_says(ray_cluster):
+    """Op.extract: the READ of the whole input stores exactly the attributes it lists; an
+    attribute the plan routes on a channel of its own is read from there instead, and an
+    extract that does not hold is refused at start, never worked out again."""
+    plan = G.extract_plan()
+    low = plan.proto.lowered
+    read = low.programs[0].ops[0]
+    assert (read.kind, read.channel, list(read.extract)) == (pb.READ, 1, [1, 2])
+    with plan.start(get_timeout=30) as g:  # as compiled: both attributes from c1
+        total, pid = (r.get() for r in g.execute(1, 10))
+        assert total == 11 and pid > 0
+
+    def own_channel(p: pb.Plan) -> None:  # inp[1] (node 2) on a driver channel of its own
+        lo = p.lowered
+        c1 = lo.channels[0]
+        new = lo.channels.add(id=len(lo.channels) + 1, kind=pb.CHAN_HOST, writer=c1.writer,
+                              readers=["worker"], slots=c1.slots, slot_bytes=c1.slot_bytes,
+                              reason="routed by hand")
+        new.source.node = 2
+        lo.input_channels.append(new.id)
+        for e in lo.edges:
+            if e.source.node == 2:
+                e.channel = new.id
+        ops = lo.programs[0].ops
+        ops[0].extract.remove(2)
+        ops.insert(1, pb.Op(kind=pb.READ, task=3, channel=new.id))
+
+    with _changed(plan, own_channel).start(get_timeout=30) as g:
+        assert g.channel_bindings == {1: "shm", 2: "shm", 3: "shm", 4: "shm"}
+        assert [r.get() for r in g.execute(2, 20)][0] == 22
+        assert [r.get() for r in g.execute(3, 30)][0] == 33
+
+    def forget_one(p: pb.Plan) -> None:  # the READ no longer takes inp[1] out of c1
+        p.lowered.programs[0].ops[0].extract.remove(2)
+
+    with pytest.raises(PlanStructureError, match="worker:3C: input %2 comes in the whole input "
+                                                 "on c1, but no READ before it extracts it"):
+        _changed(plan, forget_one).start()
+
+
+def test_ring_depths_are_the_stored_slots(ray_cluster):
+    """Channel.slots: every ring is created with the plan's slots (the driver's input ring
+    and an actor's ring alike), not a depth the runtime works out."""
+    plan = G.chain_plan(2)
+    low = plan.proto.lowered
+    cap = plan.proto.config.capacity
+    assert [ch.slots for ch in low.channels] == [cap, 2, cap]
+    with plan.start(get_timeout=30) as g:  # as compiled
+        assert [w.slots for w in g.endpoints.writers] == [cap]
+        assert _actor_state(g, "ring_slots") == {"worker0": {2: 2}, "worker1": {3: cap}}
+
+    def deeper(p: pb.Plan) -> None:
+        p.lowered.channels[0].slots = cap + 3  # the driver's input ring
+        p.lowered.channels[1].slots = 1  # worker0 -> worker1: no double-buffering
+        p.lowered.channels[2].slots = cap + 1
+
+    with _changed(plan, deeper).start(get_timeout=30) as g:
+        assert [w.slots for w in g.endpoints.writers] == [cap + 3]
+        assert _actor_state(g, "ring_slots") == {"worker0": {2: 1}, "worker1": {3: cap + 1}}
+        refs = [g.execute(i) for i in range(cap)]
+        assert [r.get() for r in refs] == [i + 3 for i in range(cap)]

@@ -14,7 +14,7 @@ import rt_graphs as G
 from cgc.runtime.channels import ShmRingReader, ShmRingWriter, list_segments
 from cgc.runtime.channels.bell import Bells
 from cgc.runtime.channels.futex import HAVE_WAITV
-from cgc.runtime.wake import actor_depths, wake_window
+from cgc.runtime.wake import wake_window
 
 needs_waitv = pytest.mark.skipif(not HAVE_WAITV, reason="futex_waitv needs Linux >= 5.16")
 
@@ -24,9 +24,13 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _depths(plan) -> dict[str, int]:
+    return {p.actor: p.wake_depth for p in plan.proto.lowered.programs}
+
+
 def test_depths_and_window():
-    assert actor_depths(G.chain_plan(3).proto) == {"worker0": 1, "worker1": 2, "worker2": 3}
-    fan = actor_depths(G.fanout_plan(3).proto)
+    assert _depths(G.chain_plan(3)) == {"worker0": 1, "worker1": 2, "worker2": 3}
+    fan = _depths(G.fanout_plan(3))
     assert sorted(fan.values()) == [1, 1, 1, 2]
     assert wake_window(-1, cores=2) == 0 and wake_window(-1, cores=16) == 8
     assert wake_window(3, cores=2) == 3 and wake_window(0, cores=64) == 0

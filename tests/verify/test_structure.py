@@ -92,6 +92,7 @@ CASES = {
     "capacity over driver slots": (_set("config.capacity", 9), "driver channel c1 holds 3"),
     "capacity 0": (_set("config.capacity", 0), "not lowered"),
     "nan timeout": (_set("config.get_timeout_s", float("nan")), "get_timeout_s is NaN"),
+    "wake depth": (_set("lowered.programs[1].wake_depth", 3), "w1's wake_depth 3 is beyond"),
 }
 
 
