@@ -6,6 +6,7 @@ plan and a "decode" plan, each a two-stage chain), started from live handles.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -53,8 +54,11 @@ def _loop_threads(h) -> list[str]:
 
 
 @pytest.mark.parametrize("first_down", ["prefill", "decode"])
-def test_teardown_of_one_plan_is_prompt_and_spares_the_other(pair, first_down):
+def test_teardown_of_one_plan_is_prompt_and_spares_the_other(pair, first_down, caplog):
+    """Each plan's loop stops on its own signal: teardown never falls back to waiting out
+    its timeout (that fallback logs "did not stop within"; it used to, for 10 s)."""
     a, b = pair
+    caplog.set_level(logging.WARNING, logger="cgc.runtime")
     prefill = _prefill_plan(a, b).start(get_timeout=30)
     decode = _decode_plan(a, b).start(get_timeout=30)
     try:
@@ -64,18 +68,15 @@ def test_teardown_of_one_plan_is_prompt_and_spares_the_other(pair, first_down):
         assert len(_loop_threads(a)) == 2 and len(_loop_threads(b)) == 2
         down, up, want = ((prefill, decode, 21) if first_down == "prefill"
                           else (decode, prefill, 11))
-        t0 = time.monotonic()
         down.teardown()
-        took = time.monotonic() - t0
-        assert took < 1.0, f"teardown of one plan took {took:.2f} s"
+        assert "did not stop" not in caplog.text
         # Only the torn-down plan's loop stopped; the other still answers, correctly.
         assert [r for r in (_loop_threads(a) + _loop_threads(b)) if down.gid in r] == []
         assert len(_loop_threads(a)) == 1 and len(_loop_threads(b)) == 1
         for i in range(20):
             assert up.execute(i).get() == i + want
-        t0 = time.monotonic()
         up.teardown()
-        assert time.monotonic() - t0 < 1.0
+        assert "did not stop" not in caplog.text
         assert _loop_threads(a) == [] and _loop_threads(b) == []
         # The actors stay usable for plain calls.
         assert ray.get(a.add.remote(1), timeout=10) == 2
@@ -111,11 +112,9 @@ def test_a_dead_shared_actor_fails_both_plans(pair):
         pid = ray.get(b.pid.remote(), timeout=10)
         ray.kill(b)
         _wait_gone(pid)
-        t0 = time.monotonic()
         for g in (p, d):  # the second plan's waiter is queued behind the first's: still seen
-            with pytest.raises(ActorDiedError):
+            with pytest.raises(ActorDiedError):  # the death itself, not a get timeout
                 g.execute(2).get()
-        assert time.monotonic() - t0 < 15
     finally:
         p.teardown()
         d.teardown()
