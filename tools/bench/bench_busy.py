@@ -22,14 +22,28 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import ray
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_runtime import CASES, run_cgc, run_ray_cgraph  # noqa: E402
+from bench_runtime import CASES, _time_loop, run_cgc, run_ray_cgraph  # noqa: E402
 
-SYSTEMS: dict[str, Callable] = {"ray_cgraph": run_ray_cgraph, "cgc": run_cgc}
-LABEL = {"ray_cgraph": "Ray CG", "cgc": "cgc"}
+
+def run_cgc_spin0(case: Any, iters: int) -> tuple[float, float, float]:
+    """cgc with ``spin_us=0``: every channel wait sleeps on its futex at once (no spin)."""
+    import cgc
+
+    plan = cgc.compile(case.build(lambda cls: cls.bind()))
+    x = case.make_input()
+    with plan.start(spin_us=0) as graph:
+        p50, p99 = _time_loop(lambda: graph.execute(x).get(), iters, 50)
+    return p50, p99, 0.0
+
+
+SYSTEMS: dict[str, Callable] = {"ray_cgraph": run_ray_cgraph, "cgc": run_cgc,
+                                "cgc_spin0": run_cgc_spin0}
+LABEL = {"ray_cgraph": "Ray CG", "cgc": "cgc", "cgc_spin0": "cgc, spin_us=0"}
 
 # Why a bare interpreter loop: it is the plainest CPU-bound neighbour (no syscalls, never
 # sleeps), the case a futex wake-up has to compete with for a core.
