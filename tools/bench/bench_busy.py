@@ -30,20 +30,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_runtime import CASES, _time_loop, run_cgc, run_ray_cgraph  # noqa: E402
 
 
-def run_cgc_spin0(case: Any, iters: int) -> tuple[float, float, float]:
-    """cgc with ``spin_us=0``: every channel wait sleeps on its futex at once (no spin)."""
-    import cgc
+def cgc_with_spin(spin_us: float) -> Callable[[Any, int], tuple[float, float, float]]:
+    """A cgc runner with the plan's ``spin_us`` overridden (0: every channel wait sleeps on
+    its futex at once; the adaptive spin grows from this floor otherwise).
 
-    plan = cgc.compile(case.build(lambda cls: cls.bind()))
-    x = case.make_input()
-    with plan.start(spin_us=0) as graph:
-        p50, p99 = _time_loop(lambda: graph.execute(x).get(), iters, 50)
-    return p50, p99, 0.0
+    Example: ``SYSTEMS["cgc_spin0"] = cgc_with_spin(0)``.
+    """
+
+    def run(case: Any, iters: int) -> tuple[float, float, float]:
+        import cgc
+
+        plan = cgc.compile(case.build(lambda cls: cls.bind()))
+        x = case.make_input()
+        with plan.start(spin_us=spin_us) as graph:
+            p50, p99 = _time_loop(lambda: graph.execute(x).get(), iters, 50)
+        return p50, p99, 0.0
+
+    return run
 
 
 SYSTEMS: dict[str, Callable] = {"ray_cgraph": run_ray_cgraph, "cgc": run_cgc,
-                                "cgc_spin0": run_cgc_spin0}
-LABEL = {"ray_cgraph": "Ray CG", "cgc": "cgc", "cgc_spin0": "cgc, spin_us=0"}
+                                "cgc_spin0": cgc_with_spin(0), "cgc_spin200": cgc_with_spin(200)}
+LABEL = {"ray_cgraph": "Ray CG", "cgc": "cgc", "cgc_spin0": "cgc, spin_us=0",
+         "cgc_spin200": "cgc, spin_us=200"}
 
 # Why a bare interpreter loop: it is the plainest CPU-bound neighbour (no syscalls, never
 # sleeps), the case a futex wake-up has to compete with for a core.
