@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.errors import PlacementError, SetupError
 
-__all__ = ["RayInfo", "ensure_ray", "startup_concurrency", "actor_demand", "plan_totals",
-           "check_placement", "gpu_notice", "ray_session"]
+__all__ = ["RayInfo", "ensure_ray", "actor_demand", "plan_totals", "check_placement",
+           "gpu_notice", "ray_session"]
 
 log = logging.getLogger("cgc.runtime")
 
@@ -77,27 +77,6 @@ def actor_demand(actor: pb.Actor, drop_gpus: bool) -> dict[str, float]:
     return {k: v for k, v in need.items() if v > 0}
 
 
-def startup_concurrency(declared_cpus: int, cores: int) -> int | None:
-    """How many worker processes the local Ray may start at once, when cgc should say.
-
-    Why: Ray's default is the node's CPU count, and the node's CPUs are what cgc declared
-    for placement (one per actor, above the cores for a plan with more actors than
-    cores), so an 8-actor plan on 2 cores started 8 Python workers at once, each
-    importing Ray on a core shared with the others. Capping at the real cores got all 8
-    actors ready sooner on the 2-core VM (``tools/bench/bench_ray_start.py
-    --actors 8``: BENCHMARKS.md, "cgc run start-up"). None (Ray's default) when the
-    declared CPUs do not exceed the cores or the user set
-    ``RAY_worker_maximum_startup_concurrency`` themselves.
-
-    Example:
-        >>> startup_concurrency(8, 2), startup_concurrency(2, 2)
-        (2, None)
-    """
-    if declared_cpus <= cores or "RAY_worker_maximum_startup_concurrency" in os.environ:
-        return None
-    return cores
-
-
 def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
                dashboard: bool = False) -> RayInfo:
     """Make sure this process is connected to Ray; start a sized local one if needed.
@@ -127,11 +106,7 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
             # machine possibly another user's.
             kwargs["address"] = "local"
             cpus = sum(actor_demand(a, False).get("CPU", 0.0) for a in plan.graph.actors)
-            cores = os.cpu_count() or 1
-            kwargs["num_cpus"] = max(cores, int(cpus + 0.999))
-            cap = startup_concurrency(kwargs["num_cpus"], cores)
-            if cap is not None:
-                kwargs["_system_config"] = {"worker_maximum_startup_concurrency": cap}
+            kwargs["num_cpus"] = max(os.cpu_count() or 1, int(cpus + 0.999))
             custom: dict[str, float] = {}
             for a in plan.graph.actors:
                 for k, v in actor_demand(a, True).items():
