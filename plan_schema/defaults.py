@@ -158,6 +158,9 @@ class RunConfig:
         max_frame_bytes: the largest value (pickle plus buffers) a TCP channel carries;
             a larger frame is refused before anything is allocated or sent (the
             execution gets the error as its value). At least 64 KiB.
+        dashboard: when cgc starts the local Ray itself, start Ray's dashboard too (off
+            by default: it costs start-up time and a plan run does not need it); ignored
+            when joining a cluster or reusing a Ray this process already started.
     """
 
     # Defaults come from the one table above (a RunConfig built by hand agrees with a plan).
@@ -178,6 +181,7 @@ class RunConfig:
     nvtx: bool = False
     wake_ahead: int = -1
     max_frame_bytes: int = MAX_FRAME_BYTES
+    dashboard: bool = False
 
     @classmethod
     def from_plan(cls, config: pb.ExecConfig, **overrides: Any) -> RunConfig:
@@ -252,4 +256,5 @@ class RunConfig:
             nvtx=bool(over.get("nvtx", False)),
             wake_ahead=int(over.get("wake_ahead", -1)),
             max_frame_bytes=frame,
+            dashboard=bool(over.get("dashboard", False)),
         )

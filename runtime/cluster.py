@@ -77,8 +77,15 @@ def actor_demand(actor: pb.Actor, drop_gpus: bool) -> dict[str, float]:
     return {k: v for k, v in need.items() if v > 0}
 
 
-def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -> RayInfo:
+def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
+               dashboard: bool = False) -> RayInfo:
     """Make sure this process is connected to Ray; start a sized local one if needed.
+
+    ``dashboard`` starts Ray's dashboard with a local Ray started here (a joined cluster
+    or an already initialized Ray keeps whatever it has).
+
+    Example: ``ensure_ray(plan.proto, None, dashboard=True)`` (what ``cgc run
+    --dashboard`` does) prints nothing and returns ``RayInfo(started_here=True, ...)``.
 
     Raises:
         SetupError: Ray cannot be started or the address cannot be reached.
@@ -91,7 +98,7 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto") -
     if not ray.is_initialized():
         # Why: under `uv run`, Ray would otherwise rewrite worker commands to use uv.
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-        kwargs: dict = {"include_dashboard": False, "log_to_driver": True,
+        kwargs: dict = {"include_dashboard": dashboard, "log_to_driver": True,
                         "configure_logging": False}
         if address is None:
             # "local": a new cluster of our own. Plain ray.init() would join whatever

@@ -103,6 +103,7 @@ class Plan:
         nvtx: bool | None = None,
         wake_ahead: int | None = None,
         max_frame_bytes: int | None = None,
+        dashboard: bool | None = None,
     ) -> CompiledGraph:
         """Verify the plan, start it on Ray and return the running graph.
 
@@ -119,7 +120,8 @@ class Plan:
         ``torch_profile``: a directory for one torch profiler trace per actor; ``nvtx``:
         NVTX ranges around every op (``cgc.runtime.profiling``); ``wake_ahead``: how many
         hops ahead of the data sleeping actors are woken (-1 auto, 0 off; ``cgc.runtime.wake``);
-        ``max_frame_bytes``: the largest value a TCP channel carries (default 4 GiB).
+        ``max_frame_bytes``: the largest value a TCP channel carries (default 4 GiB);
+        ``dashboard``: start Ray's dashboard with the local Ray cgc starts (default off).
 
         Example::
 
@@ -159,6 +161,7 @@ class Plan:
             torch_profile=None if torch_profile is None else os.fspath(torch_profile),
             nvtx=nvtx,
             wake_ahead=wake_ahead,
+            dashboard=dashboard,
             max_frame_bytes=max_frame_bytes,
         )
 

@@ -134,7 +134,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     # Results may be instances of classes from the model file: make it importable here.
     register(plan_modules(proto))
     t_ray = time.perf_counter()
-    info = ensure_ray(proto, address, cfg.communicator)
+    info = ensure_ray(proto, address, cfg.communicator, dashboard=cfg.dashboard)
     ray_s = time.perf_counter() - t_ray  # starting (or joining) Ray: not cgc's own set-up
     notice = gpu_notice(proto, info, cfg.communicator)
     if notice:

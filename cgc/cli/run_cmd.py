@@ -100,11 +100,14 @@ def _inputs(plan: Any, input_json: str | None) -> tuple[list[Any], dict[str, Any
               help="Write one torch profiler trace per actor into DIR.")
 @click.option("--nvtx", is_flag=True, default=None,
               help="NVTX ranges around every op, for Nsight Systems (nsys profile cgc run ...).")
+@click.option("--dashboard", is_flag=True, default=None,
+              help="Start Ray's dashboard with the local Ray (off by default: it slows "
+              "start-up; ignored with --address).")
 def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             input_json: str | None, as_json: bool, submit_timeout: float | None,
             get_timeout: float | None, trust: bool, communicator: str | None,
             capacity: int | None, at_capacity: str | None, trace_path: str | None,
-            torch_profile: str | None, nvtx: bool | None) -> None:
+            torch_profile: str | None, nvtx: bool | None, dashboard: bool | None) -> None:
     """Run PLAN on Ray and report latency percentiles, throughput and set-up time.
 
     A plan that would run code from the file runs only when signed by your key or a key
@@ -119,7 +122,8 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     args, kwargs = _inputs(plan, input_json)  # may unpickle: only after the decision
     with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout,
                     communicator=communicator, capacity=capacity, at_capacity=at_capacity,
-                    trace=trace_path, torch_profile=torch_profile, nvtx=nvtx) as graph:
+                    trace=trace_path, torch_profile=torch_profile, nvtx=nvtx,
+                    dashboard=dashboard) as graph:
         def once() -> Any:
             r = graph.execute(*args, **kwargs)
             return [x.get() for x in r] if isinstance(r, list) else r.get()
