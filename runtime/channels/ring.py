@@ -707,19 +707,19 @@ class ShmRingReader(_Endpoint):
                 return loads(mv[p:p + plen], [])
             t = struct.unpack_from(f"<{2 * n}Q", mv, p)
             cmv = None
-            if not all(t[2 * k] & FOREIGN for k in range(n)):
-                # Why only then: a value made only of references (a pass-through) views
-                # no bytes of this block; the foreign views' borrows hold it instead.
-                carrier = np.frombuffer(seg.mm, dtype=np.uint8, count=total,
-                                        offset=seg.HEADER + p)
-                self._borrow(carrier, seg, u, bid, (seg.name, seg.HEADER + p),
-                             seg.addr + p)
-                cmv = carrier.data  # a memoryview that keeps the carrier alive
             bufs = []
             for k in range(n):
                 o, nb = t[2 * k], t[2 * k + 1]
                 if not o & FOREIGN:
-                    assert cmv is not None
+                    if cmv is None:
+                        # Why made here, not up front: a value made only of references
+                        # (a pass-through) views no bytes of this block; the foreign
+                        # views' borrows hold the block instead.
+                        carrier = np.frombuffer(seg.mm, dtype=np.uint8, count=total,
+                                                offset=seg.HEADER + p)
+                        self._borrow(carrier, seg, u, bid, (seg.name, seg.HEADER + p),
+                                     seg.addr + p)
+                        cmv = carrier.data  # a memoryview that keeps the carrier alive
                     bufs.append(cmv[o:o + nb])
                     continue
                 # Forwarded by reference: view the upstream block; our busy word in *this*
