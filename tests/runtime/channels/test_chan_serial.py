@@ -9,6 +9,8 @@ subclasses) still go through the pickler.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -62,3 +64,27 @@ def test_structured_dtype_never_takes_a_plain_void_entry():
     assert s.dtype.str == "|V8"
     data, raws = ser.dumps(s)
     assert loads(data, [bytearray(r) for r in raws]).dtype == s.dtype
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_remembered_bare_array_loads_as_the_unpickler_would(readonly):
+    ser = Serializer()
+    for i in range(3):  # first: unpickled and learnt; then: rebuilt from the memo
+        x = np.full((3, 4), i, np.float64)
+        x.flags.writeable = not readonly
+        data, raws = ser.dumps(x)
+        want = pickle.loads(data, buffers=[bytearray(r) for r in raws])
+        got = loads(data, [bytearray(r) for r in raws])
+        assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, x) and not got.flags.writeable
+        # A read-only buffer stays read-only, as with the unpickler's READONLY_BUFFER.
+        assert memoryview(got.base).readonly == memoryview(want.base).readonly
+
+
+def test_other_pickles_with_one_buffer_are_not_shortcut():
+    ser = Serializer()
+    for i in range(3):
+        v = {"a": np.full(8, i, np.int32)}
+        data, raws = ser.dumps(v)
+        got = loads(data, [bytearray(r) for r in raws])
+        assert type(got) is dict and np.array_equal(got["a"], v["a"])
