@@ -131,7 +131,6 @@ class Serializer:
 _LOADS_MEMO: dict[bytes, tuple[str, tuple[int, ...], bool] | None] = {}
 _LOADS_MEMO_MAX = 256
 _LOADS_MEMO_BYTES = 512  # a bare array's pickle is ~100-150 bytes
-_MISS = object()
 
 
 def loads(data: Any, buffers: list[Any]) -> Any:
@@ -144,15 +143,18 @@ def loads(data: Any, buffers: list[Any]) -> Any:
     if len(buffers) != 1 or len(data) > _LOADS_MEMO_BYTES:
         return pickle.loads(data, buffers=buffers)
     key = bytes(data)
-    known = _LOADS_MEMO.get(key, _MISS)
-    if known is not None and known is not _MISS:
-        dspec, shape, readonly = known  # type: ignore[misc]
-        buf = memoryview(buffers[0]).toreadonly() if readonly else buffers[0]  # as pickle does
-        return _rebuild_ndarray(buf, dspec, shape, "C")
-    value = pickle.loads(key, buffers=buffers)
-    if known is _MISS:
+    try:
+        known = _LOADS_MEMO[key]  # one look-up: another thread may clear the memo
+    except KeyError:
+        value = pickle.loads(key, buffers=buffers)
         _learn(key, value)
-    return value
+        return value
+    if known is None:
+        return pickle.loads(key, buffers=buffers)
+    dspec, shape, readonly = known
+    # Read-only as the unpickler makes it for a READONLY_BUFFER.
+    buf = memoryview(buffers[0]).toreadonly() if readonly else buffers[0]
+    return _rebuild_ndarray(buf, dspec, shape, "C")
 
 
 def _learn(key: bytes, value: Any) -> None:
