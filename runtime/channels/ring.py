@@ -443,6 +443,7 @@ class ShmRingWriter(_Endpoint):
                                "write", i)
         base = self._first + (seq % self.slots) * self._stride
         blk = None
+        kept_any = False
         if not big and total <= self.slot_bytes:
             layout, bid, mv, p = _INLINE, 0, self._mv, base + _SLOT_HDR_SIZE
         else:
@@ -463,6 +464,7 @@ class ShmRingWriter(_Endpoint):
                 struct.pack_into(f"<{2 * n}Q", mv, p, *table)
                 if kept and blk is not None:
                     self._pool.hold(blk, kept)
+                    kept_any = True
             mv[p + 16 * n:p + 16 * n + plen] = data
             _SLOT_HDR.pack_into(self._mv, base, layout, n, seq, plen, bid, total)
         except BaseException:
@@ -475,6 +477,8 @@ class ShmRingWriter(_Endpoint):
             if u[fi]:
                 futex_wake(self._seg.addr + _H_WSEQ)
                 break
+        if kept_any:
+            self._pool.let_go()  # the previous pass-through's holds, off the next write's path
 
     def _check_readers(self) -> None:
         for i in range(self.num_readers):
