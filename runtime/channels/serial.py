@@ -147,7 +147,7 @@ def loads(data: Any, buffers: list[Any]) -> Any:
         known = _LOADS_MEMO[key]  # one look-up: another thread may clear the memo
     except KeyError:
         value = pickle.loads(key, buffers=buffers)
-        _learn(key, value)
+        _learn(key, value, buffers[0])
         return value
     if known is None:
         return pickle.loads(key, buffers=buffers)
@@ -157,21 +157,23 @@ def loads(data: Any, buffers: list[Any]) -> Any:
     return _rebuild_ndarray(buf, dspec, shape, "C")
 
 
-def _learn(key: bytes, value: Any) -> None:
+def _learn(key: bytes, value: Any, buf: Any) -> None:
     """Remember whether ``key`` is the pickle of the bare array ``value`` (exactly the
     bytes a serializer makes for its dtype and shape: then loading ``key`` is that
-    rebuild, whatever the buffer)."""
+    rebuild, whatever the buffer). ``buf``: the buffer it was loaded from."""
     kind = None
     if type(value) is np.ndarray and value.flags.c_contiguous:
         dt = value.dtype
         if dt.fields is None and dt.subdtype is None and not dt.hasobject and dt.itemsize:
-            # The two forms a writer makes: from a read-only array (``value`` itself: its
-            # buffer goes out of band, no copy) and from a writable one (np.empty maps
-            # pages it never touches).
+            # The two forms a writer makes, each pickled over ``buf`` itself (it goes out
+            # of band: no copy, no allocation): from a read-only array (``value``) and
+            # from a writable one (only when ``buf`` is writable; else not learnt).
             if key == Serializer()._dump(value)[0]:
                 kind = (dt.str, value.shape, True)
-            elif key == Serializer()._dump(np.empty(value.shape, dt))[0]:
-                kind = (dt.str, value.shape, False)
+            elif not memoryview(buf).readonly:
+                writable = np.ndarray(value.shape, dt, buffer=buf)
+                if key == Serializer()._dump(writable)[0]:
+                    kind = (dt.str, value.shape, False)
     if len(_LOADS_MEMO) >= _LOADS_MEMO_MAX:
         _LOADS_MEMO.clear()
     _LOADS_MEMO[key] = kind

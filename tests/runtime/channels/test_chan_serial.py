@@ -88,3 +88,14 @@ def test_other_pickles_with_one_buffer_are_not_shortcut():
         data, raws = ser.dumps(v)
         got = loads(data, [bytearray(r) for r in raws])
         assert type(got) is dict and np.array_equal(got["a"], v["a"])
+
+
+def test_learning_allocates_nothing_and_skips_what_it_cannot_check():
+    # A writable array's pickle arriving with a read-only buffer (bytes): the writable
+    # form cannot be rebuilt over that buffer without a copy, so it is never shortcut.
+    ser = Serializer()
+    for i in range(3):
+        x = np.full(7, i, np.int8)
+        data, raws = ser.dumps(x)
+        got = loads(data, [bytes(raws[0])])
+        assert np.array_equal(got, x) and not got.flags.writeable
