@@ -186,6 +186,18 @@ class BlockPool:
         blk.busy[:] = self._ones
         return blk
 
+    def let_go(self) -> None:
+        """Drop the holds of blocks every reader has released (what ``acquire`` would do
+        first). Why a separate step: a writer calls it right after publishing, so the
+        release chain (upstream borrows, their callbacks) runs while the next value is
+        still on its way, not on the next write's critical path."""
+        if not self._held:
+            return
+        z = self._zeros
+        blocks = self._blocks
+        for bid in [bid for bid in self._held if bid not in blocks or blocks[bid].busy == z]:
+            del self._held[bid]
+
     def unuse(self, blk: _Block) -> None:
         """Give back a block acquired for a value that was never published."""
         self._held.pop(blk.id, None)

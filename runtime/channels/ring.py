@@ -443,6 +443,7 @@ class ShmRingWriter(_Endpoint):
                                "write", i)
         base = self._first + (seq % self.slots) * self._stride
         blk = None
+        kept_any = False
         if not big and total <= self.slot_bytes:
             layout, bid, mv, p = _INLINE, 0, self._mv, base + _SLOT_HDR_SIZE
         else:
@@ -463,6 +464,7 @@ class ShmRingWriter(_Endpoint):
                 struct.pack_into(f"<{2 * n}Q", mv, p, *table)
                 if kept and blk is not None:
                     self._pool.hold(blk, kept)
+                    kept_any = True
             mv[p + 16 * n:p + 16 * n + plen] = data
             _SLOT_HDR.pack_into(self._mv, base, layout, n, seq, plen, bid, total)
         except BaseException:
@@ -475,6 +477,8 @@ class ShmRingWriter(_Endpoint):
             if u[fi]:
                 futex_wake(self._seg.addr + _H_WSEQ)
                 break
+        if kept_any:
+            self._pool.let_go()  # the previous pass-through's holds, off the next write's path
 
     def _check_readers(self) -> None:
         for i in range(self.num_readers):
@@ -706,13 +710,20 @@ class ShmRingReader(_Endpoint):
             if not n:
                 return loads(mv[p:p + plen], [])
             t = struct.unpack_from(f"<{2 * n}Q", mv, p)
-            carrier = np.frombuffer(seg.mm, dtype=np.uint8, count=total, offset=seg.HEADER + p)
-            self._borrow(carrier, seg, u, bid, (seg.name, seg.HEADER + p))
-            cmv = carrier.data  # a memoryview that keeps the carrier alive
+            cmv = None
             bufs = []
             for k in range(n):
                 o, nb = t[2 * k], t[2 * k + 1]
                 if not o & FOREIGN:
+                    if cmv is None:
+                        # Why made here, not up front: a value made only of references
+                        # (a pass-through) views no bytes of this block; the foreign
+                        # views' borrows hold the block instead.
+                        carrier = np.frombuffer(seg.mm, dtype=np.uint8, count=total,
+                                                offset=seg.HEADER + p)
+                        self._borrow(carrier, seg, u, bid, (seg.name, seg.HEADER + p),
+                                     seg.addr + p)
+                        cmv = carrier.data  # a memoryview that keeps the carrier alive
                     bufs.append(cmv[o:o + nb])
                     continue
                 # Forwarded by reference: view the upstream block; our busy word in *this*
@@ -720,8 +731,8 @@ class ShmRingReader(_Endpoint):
                 name, foff = unpack_record(mv, p + (o & ~FOREIGN))
                 if self._foreign is None:
                     self._foreign = ForeignCache()
-                fc = self._foreign.view(name, foff, nb, BLOCK_MAGIC)
-                self._borrow(fc, seg, u, bid, (name, foff))
+                fc, faddr = self._foreign.view(name, foff, nb, BLOCK_MAGIC)
+                self._borrow(fc, seg, u, bid, (name, foff), faddr)
                 bufs.append(fc.data)
                 # The value holds these bytes too (upstream): count them, so a caller
                 # bounding what it buffers in bytes sees the real size.
@@ -732,18 +743,19 @@ class ShmRingReader(_Endpoint):
             return decode_error(self.name, seq, e)
 
     def _borrow(self, carrier: np.ndarray, seg: Segment, u: memoryview, bid: int,
-                where: tuple[str, int]) -> None:
+                where: tuple[str, int], address: int) -> None:
         """Count ``carrier`` as a live view of block ``bid`` until it dies (``u`` stays
         valid while referenced: the cache never releases it, see ``BlockCache``).
 
         ``where`` (segment name, file offset of the carrier's first byte) registers the
-        carrier for forwarding, so writing it on unchanged sends a reference.
+        carrier for forwarding, so writing it on unchanged sends a reference; ``address``
+        is that first byte's address in this process.
         """
         blocks = self._blocks
         me = self._me
         with blocks.lock:
             self._holds[bid] = self._holds.get(bid, 0) + 1
-        token = register_ref(carrier, *where)
+        token = register_ref(carrier, *where, address)
 
         def _released(ref: weakref.ref) -> None:
             _BORROWS.pop(id(ref), None)

@@ -95,3 +95,32 @@ def test_forwarded_bytes_live_as_long_as_the_last_reader_holds_them(prefix):
     assert (last == 42).all()
     end.detach()
     assert (last == 42).all()
+
+
+
+def test_let_go_drops_exactly_the_holds_whose_readers_are_done(prefix):
+    # A forwarding writer calls it right after publishing, so the release chain runs
+    # while the value travels; it must never drop a hold a reader still needs.
+    w0, mid_in = _pair(prefix + "a")
+    mid_out, end = _pair(prefix + "b")
+    x = np.arange(MiB, dtype=np.uint8)
+    w0.write(x)
+    v = mid_in.read(timeout=10)
+    mid_out.write(v)
+    del v
+    pool = mid_out._pool
+    assert len(pool._held) == 1  # end has not read it yet
+    pool.let_go()
+    assert len(pool._held) == 1
+    got = end.read(timeout=10)
+    pool.let_go()
+    assert len(pool._held) == 1  # end still views the bytes
+    w0.write(x + 1)  # the first block is still borrowed: the writer takes another
+    assert np.array_equal(got, x)
+    del got
+    gc.collect()
+    pool.let_go()
+    assert pool._held == {}  # end is done: the upstream borrow goes
+    assert np.array_equal(mid_in.read(timeout=10), x + 1)
+    for e in (end, mid_out, mid_in, w0):
+        e.close()
