@@ -8,7 +8,6 @@ node. If it defines ``example_inputs()``, that returns one execution's positiona
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 
 from cgc.errors import CompileError
 from cgc.frontend.ray_private import is_ray_dag_object
+from cgc.plan_schema.requirements import imported_names
 
 __all__ = [
     "ModelFile",
@@ -192,28 +192,6 @@ def _is_dag_node(obj: Any) -> bool:
     return type(obj).__module__.startswith("cgc.frontend") or is_ray_dag_object(obj)
 
 
-def _imported_names(source: str, filename: str, package: str = "") -> set[str]:
-    """Dotted module names a source imports (relative imports resolved against
-    ``package``); read with ``ast``, nothing runs."""
-    names: set[str] = set()
-    try:
-        tree = ast.parse(source, filename)
-    except SyntaxError:
-        return names  # importing it failed already; nothing to add here
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".") if package else []
-                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
-                base = ".".join(p for p in [*parts, base] if p)
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names if base)
-    return names
-
-
 def sibling_modules(model: ModelFile) -> list[tuple[str, str, str]]:
     """The local modules a model file imports from its own folder, for the plan to carry:
     ``(module name, source, file name relative to the folder)``, sorted by name. Followed
@@ -233,7 +211,7 @@ def sibling_modules(model: ModelFile) -> list[tuple[str, str, str]]:
     todo = [(model.path.read_text(encoding="utf-8"), model.path.name, "")]
     while todo:
         source, filename, package = todo.pop()
-        for dotted in sorted(_imported_names(source, filename, package)):
+        for dotted in sorted(imported_names(source, filename, package)):
             top = dotted.split(".")[0]
             if not top or top in found or top == model.path.stem and not package:
                 continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from cgc.plan_schema import plan_pb2 as pb
 
-__all__ = ["Requirement", "requirements"]
+__all__ = ["Requirement", "requirements", "imported_names"]
 
 
 @dataclass(frozen=True)
@@ -36,18 +36,38 @@ class Requirement:
     why: str
 
 
-def _imports(source: str, filename: str) -> set[str]:
+def imported_names(source: str, filename: str, package: str | None = None) -> set[str]:
+    """Dotted module names ``source`` imports, read with ``ast`` (nothing runs); a source
+    that does not parse gives none. Relative imports are resolved against ``package``, or
+    left out when it is None.
+
+    Example: ``imported_names("import a.b\\nfrom .c import d", "m.py", "pkg")`` →
+    ``{"a.b", "pkg.c", "pkg.c.d"}``.
+    """
+    names: set[str] = set()
     try:
         tree = ast.parse(source, filename)
     except SyntaxError:
-        return set()
-    out: set[str] = set()
+        return names
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            out.add(node.module.split(".")[0])
-    return out
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level and package is None:
+                continue
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join(p for p in [*parts, base] if p)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names if base)
+    return names
+
+
+def _imports(source: str, filename: str) -> set[str]:
+    """Top-level modules of the absolute imports of ``source``."""
+    return {n.split(".")[0] for n in imported_names(source, filename) if n}
 
 
 def requirements(plan: pb.Plan) -> list[Requirement]:

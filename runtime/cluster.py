@@ -105,16 +105,12 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
             # cluster /tmp/ray/ray_current_cluster or RAY_ADDRESS names - on a shared
             # machine possibly another user's.
             kwargs["address"] = "local"
-            cpus = sum(actor_demand(a, False).get("CPU", 0.0) for a in plan.graph.actors)
-            kwargs["num_cpus"] = max(os.cpu_count() or 1, int(cpus + 0.999))
-            custom: dict[str, float] = {}
-            for a in plan.graph.actors:
-                for k, v in actor_demand(a, True).items():
-                    if k not in ("CPU", "GPU", "memory"):
-                        custom[k] = custom.get(k, 0.0) + v
+            total = plan_totals(plan)
+            kwargs["num_cpus"] = max(os.cpu_count() or 1, int(total.get("CPU", 0.0) + 0.999))
+            custom = {k: v for k, v in total.items() if k not in ("CPU", "GPU", "memory")}
             if custom:
                 kwargs["resources"] = custom
-            gpus = sum(actor_demand(a, False).get("GPU", 0.0) for a in plan.graph.actors)
+            gpus = total.get("GPU", 0.0)
             if gpus and not local_gpu_count():
                 kwargs["num_gpus"] = int(gpus + 0.999)
                 logical = True

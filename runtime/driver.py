@@ -432,8 +432,7 @@ class CompiledGraph:
         node, actor, method = self.endpoints.producers[k]
         what = "could not be decoded in the driver" if ev.cause == "decode" else \
             "was lost by an interrupted read in the driver"
-        detail = ev.message.split(" could not be decoded here: ", 1)[-1] \
-            if ev.cause == "decode" else ev.message
+        detail = ev.extra.get("detail", ev.message)  # a decode error's own words
         return ErrorValue(
             None, ev.type_name,
             f"graph {self.name!r}: the result of {node} (actor {actor!r}) for execution {e} "

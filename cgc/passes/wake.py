@@ -13,6 +13,8 @@ Example: for ``inp -> a.f -> b.g -> output`` the programs get ``a: 1``, ``b: 2``
 
 from __future__ import annotations
 
+import networkx as nx
+
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
@@ -23,21 +25,12 @@ _NAME = "wake"
 
 
 def _depths(low: pb.Lowered) -> dict[str, int]:
-    succ: dict[str, set[str]] = {}
-    for ch in low.channels:
-        if ch.kind == pb.CHAN_HOST:
-            succ.setdefault(ch.writer, set()).update(r for r in ch.readers if r != DRIVER)
-    depth = {DRIVER: 0}
-    frontier = [DRIVER]
-    while frontier:
-        nxt = []
-        for a in frontier:
-            for b in sorted(succ.get(a, ())):
-                if b not in depth:
-                    depth[b] = depth[a] + 1
-                    nxt.append(b)
-        frontier = nxt
-    return depth
+    """Hops from the driver along host channels (breadth-first: the first depth wins)."""
+    g = nx.DiGraph()
+    g.add_node(DRIVER)
+    g.add_edges_from((ch.writer, r) for ch in low.channels if ch.kind == pb.CHAN_HOST
+                     for r in ch.readers if r != DRIVER)
+    return dict(nx.single_source_shortest_path_length(g, DRIVER))
 
 
 def assign_wake_depths(state: LowerState) -> None:

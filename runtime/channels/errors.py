@@ -174,9 +174,11 @@ def decode_error(channel: str, position: int, exc: BaseException) -> ErrorValue:
     cls = type(exc)
     tname = cls.__qualname__ if cls.__module__ == "builtins" \
         else f"{cls.__module__}.{cls.__qualname__}"
+    detail = f"{tname}: {exc}"
     return ErrorValue(None, tname, f"channel {channel}: the value at position {position} "
-                      f"could not be decoded here: {tname}: {exc}", tb,
-                      extra={"cause": "decode", "channel": channel, "position": position})
+                      f"could not be decoded here: {detail}", tb,
+                      extra={"cause": "decode", "channel": channel, "position": position,
+                             "detail": detail})
 
 
 def lost_value(channel: str, position: int) -> ErrorValue:

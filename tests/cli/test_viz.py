@@ -148,13 +148,14 @@ def test_schedule_view_of_a_collective_and_of_host_channels(plans, tmp_path):
 
 
 @needs_graphviz
-def test_an_8_actor_96_task_schedule_fits_a_screen_and_keeps_its_type_size(tmp_path):
+def test_an_8_actor_96_task_schedule_fits_a_screen_and_keeps_its_type_size(tmp_path,
+                                                                           monkeypatch):
     """The issue's legibility case: 8 pipeline stages x 6 microbatches (96 tasks, 276 ops).
 
     It wraps into bands no wider than a 1920-pixel screen (scrolling down, not sideways),
     every op keeps its own cell and 9-point label, and every actor's lane is in each band.
     """
-    sys.path.insert(0, str(ROOT / "tests" / "passes"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "passes"))
     import shapes  # the compiler tests' graph shapes
 
     from cgc.passes import lower

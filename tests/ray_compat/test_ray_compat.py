@@ -47,9 +47,15 @@ def counter():
 
 @pytest.fixture
 def compiled():
-    """Collects compiled graphs and tears them down after the test."""
+    """``compiled(dag, **kw)``: ``dag.experimental_compile(**kw)``, torn down after the test."""
     made: list[CompiledDAG] = []
-    yield made
+
+    def compile_dag(dag, **kw) -> CompiledDAG:
+        c = dag.experimental_compile(**kw)
+        made.append(c)
+        return c
+
+    yield compile_dag
     for c in made:
         c.teardown()
 
@@ -57,8 +63,7 @@ def compiled():
 def test_experimental_compile_returns_a_cgc_graph_that_ray_get_reads(counter, compiled):
     with InputNode() as inp:
         dag = counter.inc.bind(inp)
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     assert isinstance(c, CompiledDAG)
     assert ray.get(c.execute(2)) == 2
     refs = [c.execute(1) for _ in range(3)]
@@ -70,8 +75,7 @@ def test_multi_output_refs_and_ray_get_of_the_list(compiled):
     a, b = Counter.remote(), Counter.remote(10)
     with InputNode() as inp:
         dag = MultiOutputNode([a.inc.bind(inp), b.inc.bind(inp)])
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     refs = c.execute(1)
     assert ray.get(refs[1]) == 11 and ray.get(refs[0]) == 1
     assert ray.get(c.execute(2)) == [3, 13]
@@ -81,8 +85,7 @@ def test_app_exception_is_a_ray_task_error_of_the_app_class_with_its_traceback(
         counter, compiled):
     with InputNode() as inp:
         dag = counter.inc.bind(inp)
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     with pytest.raises(TypeError) as info:
         ray.get(c.execute("x"))
     assert isinstance(info.value, RayTaskError)
@@ -93,8 +96,7 @@ def test_app_exception_is_a_ray_task_error_of_the_app_class_with_its_traceback(
 def test_own_exception_class_is_kept(counter, compiled):
     with InputNode() as inp:
         dag = counter.check.bind(inp)
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     with pytest.raises(AppError, match="negative input -3"):
         ray.get(c.execute(-3))
 
@@ -103,8 +105,7 @@ def test_fail_fast_a_failing_output_fails_its_slow_sibling_at_once(compiled):
     a, b = Counter.remote(), Counter.remote()
     with InputNode() as inp:
         dag = MultiOutputNode([a.sleep.bind(inp[1]), b.check.bind(inp[0])])
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     slow, bad = c.execute(-1, 30.0)
     # The slow output sleeps 30 s, beyond the 20 s timeout: waiting on it would raise a
     # timeout error instead. Ray raises the execution's error for every output.
@@ -118,8 +119,7 @@ def test_multi_return_method_raising_fails_both_outputs(counter, compiled):
     with InputNode() as inp:
         x, y = counter.two_but_raise.bind(inp)
         dag = MultiOutputNode([x, y])
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     for _ in range(2):
         x, y = c.execute(1)
         with pytest.raises(RuntimeError):
@@ -131,8 +131,7 @@ def test_multi_return_method_raising_fails_both_outputs(counter, compiled):
 def test_max_inflight_executions_raises_capacity_exceeded(counter, compiled):
     with InputNode() as inp:
         dag = counter.sleep.bind(inp)
-    c = dag.experimental_compile(_max_inflight_executions=2)
-    compiled.append(c)
+    c = compiled(dag, _max_inflight_executions=2)
     refs = [c.execute(0.2), c.execute(0.2)]
     with pytest.raises(RayCgraphCapacityExceeded, match="capacity is 2"):
         c.execute(0.0)
@@ -144,8 +143,7 @@ def test_max_inflight_executions_raises_capacity_exceeded(counter, compiled):
 def test_max_buffered_results_holds_on_get(counter, compiled):
     with InputNode() as inp:
         dag = counter.inc.bind(inp)
-    c = dag.experimental_compile(_max_buffered_results=1)
-    compiled.append(c)
+    c = compiled(dag, _max_buffered_results=1)
     first, second = c.execute(1), c.execute(1)
     with pytest.raises(RayCgraphCapacityExceeded, match="max_buffered_results=1"):
         ray.get(second)
@@ -155,8 +153,7 @@ def test_max_buffered_results_holds_on_get(counter, compiled):
 def test_get_timeout_is_a_channel_timeout(counter, compiled):
     with InputNode() as inp:
         dag = counter.sleep.bind(inp)
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     ref = c.execute(2.0)
     t0 = time.monotonic()
     with pytest.raises(RayChannelTimeoutError):
@@ -202,8 +199,7 @@ def test_an_actor_that_dies_gives_actor_died_error():
 def test_execute_async_and_await(counter, compiled):
     with InputNode() as inp:
         dag = counter.inc.bind(inp)
-    c = dag.experimental_compile(enable_asyncio=True)
-    compiled.append(c)
+    c = compiled(dag, enable_asyncio=True)
     with pytest.raises(ValueError, match="execute_async"):
         c.execute(1)
 
@@ -224,8 +220,7 @@ def test_execute_async_and_await(counter, compiled):
 def test_refs_refuse_what_ray_refuses(counter, compiled):
     with InputNode() as inp:
         dag = counter.echo.bind(inp)
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     ref = c.execute(1)
     with pytest.raises(ValueError, match="cannot be copied"):
         copy.copy(ref)
@@ -282,8 +277,7 @@ def test_compile_errors_point_at_the_bind_line(counter):
 def test_visualize(counter, compiled, tmp_path):
     with InputNode() as inp:
         dag = counter.inc.bind(inp)
-    c = dag.experimental_compile()
-    compiled.append(c)
+    c = compiled(dag)
     text = c.visualize(format="ascii")
     assert "inc" in text and "existing actor" in text
     dot = c.visualize(filename=str(tmp_path / "g"), format="dot")

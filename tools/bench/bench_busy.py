@@ -14,6 +14,7 @@ table shows the median p50/p99 over rounds and busy/idle ratios per system.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import os
 import statistics
@@ -27,7 +28,7 @@ from typing import Any
 import ray
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_runtime import CASES, _time_loop, run_cgc, run_ray_cgraph  # noqa: E402
+from bench_runtime import CASES, run_cgc, run_ray_cgraph  # noqa: E402
 
 
 def cgc_with_spin(spin_us: float) -> Callable[[Any, int], tuple[float, float, float]]:
@@ -36,17 +37,7 @@ def cgc_with_spin(spin_us: float) -> Callable[[Any, int], tuple[float, float, fl
 
     Example: ``SYSTEMS["cgc_spin0"] = cgc_with_spin(0)``.
     """
-
-    def run(case: Any, iters: int) -> tuple[float, float, float]:
-        import cgc
-
-        plan = cgc.compile(case.build(lambda cls: cls.bind()))
-        x = case.make_input()
-        with plan.start(spin_us=spin_us) as graph:
-            p50, p99 = _time_loop(lambda: graph.execute(x).get(), iters, 50)
-        return p50, p99, 0.0
-
-    return run
+    return functools.partial(run_cgc, spin_us=spin_us)
 
 
 SYSTEMS: dict[str, Callable] = {"ray_cgraph": run_ray_cgraph, "cgc": run_cgc,

@@ -223,13 +223,14 @@ def run_ray_cgraph(case: Case, iters: int) -> tuple[float, float, float]:
             ray.kill(h)
 
 
-def run_cgc(case: Case, iters: int) -> tuple[float, float, float]:
+def run_cgc(case: Case, iters: int, **start_kw: Any) -> tuple[float, float, float]:
+    """cgc on ``case``; ``start_kw`` goes to ``plan.start`` (e.g. ``spin_us=0``)."""
     import cgc
 
     dag = case.build(lambda cls: cls.bind())  # lazy actors: cgc creates them
     plan = cgc.compile(dag)
     x = case.make_input()
-    with plan.start() as graph:
+    with plan.start(**start_kw) as graph:
         if case.idle:
             graph.execute(x).get()
             return idle_cpu_percent(list(graph.actors.values())), 0.0, 0.0
