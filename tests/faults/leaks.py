@@ -8,6 +8,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from cgc.runtime.channels.procs import start_time
+
 
 def cgc_threads() -> set[str]:
     """Names of this process's cgc threads."""
@@ -17,9 +19,8 @@ def cgc_threads() -> set[str]:
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie counts as gone)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
+        return start_time(pid) is not None
+    except OSError:  # /proc hides it
         return False
 
 

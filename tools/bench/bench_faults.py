@@ -36,6 +36,7 @@ import cgc
 from cgc import InputNode
 from cgc.runtime import ActorDiedError
 from cgc.runtime.channels import list_segments
+from cgc.runtime.channels.procs import start_time
 
 
 @ray.remote(num_cpus=0)
@@ -51,9 +52,8 @@ class Stage:
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] not in "ZX"
-    except OSError:
+        return start_time(pid) is not None
+    except OSError:  # /proc hides it
         return False
 
 
