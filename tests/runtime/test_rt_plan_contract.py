@@ -12,6 +12,7 @@ import rt_graphs as G
 import cgc
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime import CapacityExceededError, GetTimeoutError, Plan
+from cgc.runtime.channels.futex import HAVE_WAITV
 from cgc.verify import PlanStructureError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,8 +144,7 @@ def _actor_state(graph, probe: str):
             for n, h in graph.actors.items()}
 
 
-@pytest.mark.skipif(not __import__("cgc.runtime.channels.futex", fromlist=["x"]).HAVE_WAITV,
-                    reason="wake-ahead needs futex_waitv (Linux >= 5.16)")
+@pytest.mark.skipif(not HAVE_WAITV, reason="wake-ahead needs futex_waitv (Linux >= 5.16)")
 def test_wake_depths_come_from_the_plan(ray_cluster):
     """The doorbells follow Program.wake_depth as stored; only the window is run-time."""
     plan = G.chain_plan(3)

@@ -101,7 +101,7 @@ def driver_kills(n: int, address: str) -> list[str]:
             gone.append(t_seg)
         actors_gone.append(t_act if t_act is not None else float("inf"))
         print(f"driver round {k}: {info['segments']} segments; gone after "
-              f"{t_seg if t_seg is not None else -1:.3f} s, actors after {t_act or -1:.3f} s",
+              f"{t_seg if t_seg is not None else -1:.3f} s, actors after {t_act if t_act is not None else -1:.3f} s",
               flush=True)
     rows = ["| driver kills | rounds with segments left after 60 s | segments gone after "
             "p50 / max | actors gone after p50 / max |", "|---|---|---|---|"]

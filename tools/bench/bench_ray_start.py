@@ -50,12 +50,11 @@ print(json.dumps({"import": t_imp, "init": t1 - t0, "actors": t2 - t1, "shutdown
 
 @dataclass
 class Variant:
-    """One way of starting the local Ray: extra ``ray.init`` kwargs and environment."""
+    """One way of starting the local Ray: extra ``ray.init`` kwargs."""
 
     name: str
     what: str
     kwargs: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def base_kwargs(actors: int) -> dict[str, Any]:
@@ -99,9 +98,8 @@ VARIANTS = [
 def sample(v: Variant, actors: int) -> dict[str, float] | str:
     """One fresh-process measurement of ``v``: seconds per phase, or why it failed."""
     kw = {**base_kwargs(actors), **v.kwargs}
-    env = {**os.environ, **v.env}
     p = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(kw), str(actors)],
-                       capture_output=True, text=True, env=env, timeout=180)
+                       capture_output=True, text=True, timeout=180)
     for line in reversed(p.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
