@@ -10,7 +10,9 @@ Files, in the user's cgc config directory (``config_dir()``: ``$CGC_CONFIG_DIR``
 
       cgc-ed25519 <base64 of the 32-byte public key> [comment ...]
 
-  Blank lines and lines starting with ``#`` are ignored. ``cgc keys show`` prints the
+  Blank lines and lines starting with ``#`` are ignored; lines end at ``\\n`` only, and a
+  line holding another line break (U+2028, NEL, form feed, CR) is refused
+  (``cgc.plan_schema.userfiles``). ``cgc keys show`` prints the
   user's own line; ``cgc keys add FILE`` appends a line from someone else. Refused when
   another user owns it or others may write it.
 
@@ -39,7 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cgc.plan_schema.errors import EXIT_USAGE, CgcError
+from cgc.plan_schema.userfiles import (
+    CONFIG_ENV,
+    KeyFileError,
+    append_line,
+    check_dir,
+    config_dir,
+    ensure_dir,
+    list_lines,
+    read_checked,
+    read_text,
+)
 
 __all__ = [
     "CONFIG_ENV",
@@ -62,60 +74,11 @@ __all__ = [
     "verify",
 ]
 
-CONFIG_ENV = "CGC_CONFIG_DIR"
 KEY_FILE = "signing_key.pem"
 TRUSTED_KEYS_FILE = "trusted_keys"
 KEY_TYPE = "cgc-ed25519"
 _CONTEXT = b"cgc plan signature v1\x00"  # so a plan signature means nothing elsewhere
 _PUBLIC_LEN = 32
-
-
-class KeyFileError(CgcError):
-    """A key file or the config directory is unreadable, malformed or unsafely shared."""
-
-    exit_code = EXIT_USAGE
-
-
-def config_dir() -> Path:
-    """The user's cgc config directory (not created here).
-
-    Example: ``CGC_CONFIG_DIR=/tmp/k cgc keys show`` uses /tmp/k.
-    """
-    explicit = os.environ.get(CONFIG_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
-    return base / "cgc"
-
-
-def _check_owned(st: os.stat_result, path: Path, forbidden: int, fix: str) -> None:
-    # Why: a key file someone else can write lets them swap in their own key, and then
-    # their plans run here as "yours".
-    if st.st_uid != os.geteuid():
-        raise KeyFileError(f"{path} belongs to another user (uid {st.st_uid}); cgc will not "
-                           "use it — remove it, or point CGC_CONFIG_DIR at your own folder")
-    if st.st_mode & forbidden:
-        raise KeyFileError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}, open to other "
-                           f"users; fix it with: {fix}")
-
-
-def _ensure_dir(d: Path) -> None:
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _check_owned(d.stat(), d, stat.S_IWGRP | stat.S_IWOTH, f"chmod 700 {d}")
-
-
-def _read_checked(path: Path, forbidden: int, fix: str) -> bytes | None:
-    """The file's bytes after checking owner and mode on the open file; None if absent."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        _check_owned(os.fstat(f.fileno()), path, forbidden, fix)
-        return f.read()
 
 
 def _require_cryptography() -> None:
@@ -155,10 +118,10 @@ def load_or_create_key(directory: Path | None = None) -> Any:
     """
     _require_cryptography()
     d = directory or config_dir()
-    _ensure_dir(d)
+    ensure_dir(d)
     path = d / KEY_FILE
     forbidden = stat.S_IRWXG | stat.S_IRWXO
-    data = _read_checked(path, forbidden, f"chmod 600 {path}")
+    data = read_checked(path, forbidden, f"chmod 600 {path}")
     if data is not None:
         return _private_from_pem(data, path)
     from cryptography.hazmat.primitives import serialization
@@ -175,7 +138,7 @@ def load_or_create_key(directory: Path | None = None) -> Any:
         try:
             os.link(tmp, path)
         except FileExistsError:  # another process made one first: use theirs
-            data = _read_checked(path, forbidden, f"chmod 600 {path}")
+            data = read_checked(path, forbidden, f"chmod 600 {path}")
             assert data is not None
             return _private_from_pem(data, path)
     finally:
@@ -198,7 +161,7 @@ def own_public_key(directory: Path | None = None) -> bytes | None:
         KeyFileError: as ``load_or_create_key``.
     """
     path = (directory or config_dir()) / KEY_FILE
-    data = _read_checked(path, stat.S_IRWXG | stat.S_IRWXO, f"chmod 600 {path}")
+    data = read_checked(path, stat.S_IRWXG | stat.S_IRWXO, f"chmod 600 {path}")
     return None if data is None else public_key_bytes(_private_from_pem(data, path))
 
 
@@ -265,9 +228,7 @@ class Keyring:
 
 def _parse_trusted(text: str, path: Path) -> dict[bytes, str]:
     keys: dict[bytes, str] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for n, line in list_lines(text, str(path)):
         public, comment = parse_public_key_line(line, f"{path}:{n}")
         keys.setdefault(public, comment)
     return keys
@@ -280,38 +241,37 @@ def load_keyring(directory: Path | None = None) -> Keyring:
         KeyFileError: a file is malformed or open to other users.
     """
     d = directory or config_dir()
-    if d.is_dir():  # whoever may write the folder may swap the files in it
-        _check_owned(d.stat(), d, stat.S_IWGRP | stat.S_IWOTH, f"chmod 700 {d}")
+    check_dir(d)
     path = d / TRUSTED_KEYS_FILE
-    raw = _read_checked(path, stat.S_IWGRP | stat.S_IWOTH, f"chmod 600 {path}")
-    try:
-        text = "" if raw is None else raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise KeyFileError(f"{path}: not UTF-8 text") from None
+    text = read_text(path, f"chmod 600 {path}")
     return Keyring(own=own_public_key(d), trusted=_parse_trusted(text, path), source=str(d))
 
 
 def add_trusted_key(line: str, directory: Path | None = None) -> tuple[bytes, bool]:
     """Append a public key line to ``trusted_keys``; return ``(key, added)``.
 
-    ``added`` is False when the key was there already (the file is then unchanged).
+    ``added`` is False when the key was there already (the file is then unchanged). The
+    line goes on a line of its own (a newline first when the file lacks a final one), and
+    the file is read back: the key counts as added only once the file says so.
 
     Example: ``add_trusted_key(Path("alice.pub").read_text())``.
 
     Raises:
-        KeyFileError: the line is not a public key, or a file is unsafe.
+        KeyFileError: the line is not a public key, a file is unsafe or malformed, or the
+            key is not trusted after writing (the message says what the file holds).
     """
     public, comment = parse_public_key_line(line, "public key")
+    if any(c in comment for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
+        raise KeyFileError("public key: the comment holds a line break")
     d = directory or config_dir()
-    _ensure_dir(d)
+    ensure_dir(d)
     if public in load_keyring(d).trusted:
         return public, False
     path = d / TRUSTED_KEYS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "a", encoding="utf-8") as f:
-        _check_owned(os.fstat(f.fileno()), path, stat.S_IWGRP | stat.S_IWOTH,
-                     f"chmod 600 {path}")
-        f.write(public_key_line(public, comment) + "\n")
+    append_line(path, public_key_line(public, comment), f"chmod 600 {path}")
+    if public not in load_keyring(d).trusted:
+        raise KeyFileError(f"{path}: the key was appended but the file does not read back "
+                           "as trusting it; check the file's last lines")
     return public, True
 
 

@@ -14,6 +14,15 @@ Such a plan runs only when it carries a valid signature by a key the user trusts
 (``cgc.plan_schema.signing``), or when the user says so (``--trust`` / ``trust=True``).
 The header's ``needs_trust`` bit is written for information and never read here.
 
+A plan that needs none of that still names classes and methods, and naming an installed
+class with plain arguments can be as strong as code (``subprocess.Popen``, or a Ray
+library actor that serves files). So an unsigned plan runs without ``--trust`` only when
+every class it names comes from a module the user declared trusted
+(``cgc.plan_schema.trusted_modules``, ``cgc trust add-module``) and no task calls a private
+method (a name starting with ``_``, except ``__call__``): basis ``trusted-modules``.
+Deciding reads the plan and the user's files only: it imports and runs nothing the plan
+names.
+
 Example::
 
     pf = open_plan_bytes(data, "x.cgplan")
@@ -33,6 +42,7 @@ from google.protobuf.message import Message
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import UntrustedPlanError
+from cgc.plan_schema.trusted_modules import ModuleTrust
 
 if TYPE_CHECKING:
     from cgc.plan_schema.planfile import PlanFile
@@ -46,13 +56,14 @@ __all__ = [
     "TrustNeeds",
     "TrustDecision",
     "plan_needs",
+    "unvouched_names",
     "decide",
     "in_process",
     "untrusted_error",
 ]
 
 # How a decision was reached (TrustDecision.basis).
-PLAIN = "plain"  # nothing in the plan runs code from the file
+TRUSTED_MODULES = "trusted-modules"  # no code from the file; every class from a trusted module
 SIGNED = "signed"  # signed by a key the user trusts
 TRUST_FLAG = "trust-flag"  # the user passed --trust / trust=True
 IN_PROCESS = "in-process"  # built in this process (cgc.compile, Plan(proto)): the caller's own
@@ -247,6 +258,31 @@ def plan_needs(plan: pb.Plan) -> TrustNeeds:
     return TrustNeeds(tuple(f.modules), tuple(f.pickles), tuple(f.envs), tuple(f.externals))
 
 
+def unvouched_names(plan: pb.Plan, modules: ModuleTrust) -> list[str]:
+    """Why ``plan``'s names are not vouched for by ``modules``: one line per class from a
+    module the user does not trust and per private method called (empty: all vouched).
+
+    External actors and classes carried by value are left out: they need trust anyway
+    (``plan_needs``). Nothing is imported.
+
+    Example: ``unvouched_names(plan, ModuleTrust())`` ->
+    ``["actor w0: class subprocess.Popen, from a module you do not trust (subprocess)"]``.
+    """
+    out = []
+    for actor in plan.graph.actors:
+        if actor.external.name or actor.external.actor_id or actor.cls.pickled_class:
+            continue
+        ref = actor.cls
+        if modules.covering(ref.module) is None:
+            out.append(f"actor {actor.name}: class {ref.module}.{ref.qualname}, from a module "
+                       f"you do not trust ({ref.module})")
+    for node in plan.graph.nodes:
+        if node.kind == pb.CALL and node.method.startswith("_") and node.method != "__call__":
+            out.append(f"node {node.name} calls the private method {node.method!r} of actor "
+                       f"{node.actor}")
+    return out
+
+
 # ---------------------------------------------------------------- deciding
 
 
@@ -254,8 +290,10 @@ def plan_needs(plan: pb.Plan) -> TrustNeeds:
 class TrustDecision:
     """The outcome of the trust check of one plan, kept on the loaded ``Plan``.
 
-    ``allowed``: it may start. ``basis``: why (``plain``, ``signed``, ``trust-flag``,
-    ``in-process``, or ``refused``). ``signer``: one line on the signature.
+    ``allowed``: it may start. ``basis``: why (``trusted-modules``, ``signed``,
+    ``trust-flag``, ``in-process``, or ``refused``). ``signer``: one line on the signature.
+    ``modules``: the user's trusted modules the decision read; ``unvouched``: the classes
+    and private calls they do not cover (see ``unvouched_names``).
 
     Example: ``cgc.load("x.cgplan").trust.basis == "signed"``.
     """
@@ -264,16 +302,38 @@ class TrustDecision:
     allowed: bool = True
     basis: str = IN_PROCESS
     signer: str = "unsigned"
+    modules: ModuleTrust = field(default_factory=ModuleTrust)
+    unvouched: tuple[str, ...] = ()
+    class_modules: tuple[str, ...] = ()  # the modules of the classes the plan names
 
     def permits(self, plan: pb.Plan) -> bool:
         """Whether this decision still covers ``plan`` (its content may have changed since:
-        a decision that found nothing to trust covers only content with nothing to trust).
+        a decision from trusted modules covers only content those modules still vouch for).
         """
         if not self.allowed:
             return False
-        if self.basis == PLAIN:
-            return not plan_needs(plan).needs_trust
+        if self.basis == TRUSTED_MODULES:
+            return (not plan_needs(plan).needs_trust
+                    and not unvouched_names(plan, self.modules))
         return True
+
+    def rule(self) -> str:
+        """One line on which rule decided, for ``cgc check``/``inspect`` and refusals."""
+        if self.basis == SIGNED:
+            return "runs here: yes, signed by a key you trust"
+        if self.basis == TRUST_FLAG:
+            return "runs here: yes, because you passed --trust"
+        if self.basis == IN_PROCESS:
+            return "runs here: yes, built in this process"
+        if self.basis == TRUSTED_MODULES:
+            used = sorted({self.modules.covering(m) or m for m in self.class_modules})
+            return ("runs here: yes, unsigned, but every class is from a module you trust ("
+                    + (", ".join(used) or "no classes") + f"; {self.modules.source})")
+        if self.needs.needs_trust:
+            return ("runs here: no, it holds code or reaches outside the graph, and no "
+                    "trusted signature vouches for it (--trust runs it)")
+        return ("runs here: no, unsigned and not every class is from a module you trust "
+                "(`cgc trust add-module NAME` trusts one; --trust runs it once)")
 
 
 def in_process() -> TrustDecision:
@@ -298,19 +358,22 @@ def _signer_line(pf: PlanFile, keyring: Keyring | None) -> tuple[str, bool]:
     return f"signed by {fp} ({who})", True
 
 
-def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None) -> TrustDecision:
+def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None,
+           modules: ModuleTrust | None = None) -> TrustDecision:
     """Decide whether the plan in ``pf`` may run here.
 
     Order: a signature that does not verify refuses (unless ``trust``); a valid signature
     by a trusted key allows (``signed``); ``trust`` allows (``trust-flag``); content with
-    nothing that needs trust allows (``plain``: ``Plan.start()`` then also checks its
-    classes are marked actors); otherwise refused. ``keyring`` defaults to the user's
-    (read only when the plan is signed).
+    nothing that needs trust, whose every class comes from a module the user trusts and
+    that calls no private method, allows (``trusted-modules``); otherwise refused.
+    ``keyring`` defaults to the user's (read only when the plan is signed), ``modules`` to
+    the user's ``trusted_modules`` (read only when it decides). Imports nothing the plan
+    names.
 
     Example: ``decide(open_plan_bytes(data), trust=False).allowed``.
 
     Raises:
-        KeyFileError: the user's key files are malformed or unsafe (signed plans only).
+        KeyFileError: the user's key or module files are malformed or unsafe.
     """
     from cgc.plan_schema.signing import load_keyring
 
@@ -319,17 +382,31 @@ def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None) -> Trus
         keyring = load_keyring()
     signer, trusted_sig = _signer_line(pf, keyring)
     bad_sig = bool(pf.header.signature) and not pf.signature_valid
+    unvouched: tuple[str, ...] = ()
     if bad_sig:
         basis = TRUST_FLAG if trust else REFUSED
     elif trusted_sig:
         basis = SIGNED
     elif trust:
         basis = TRUST_FLAG
-    elif not needs.needs_trust:
-        basis = PLAIN
-    else:
+    elif needs.needs_trust:
         basis = REFUSED
-    return TrustDecision(needs=needs, allowed=basis != REFUSED, basis=basis, signer=signer)
+    else:
+        if modules is None:
+            from cgc.plan_schema.trusted_modules import load_trusted_modules
+
+            modules = load_trusted_modules()
+        unvouched = tuple(unvouched_names(pf.plan, modules))
+        basis = REFUSED if unvouched else TRUSTED_MODULES
+    return TrustDecision(needs=needs, allowed=basis != REFUSED, basis=basis, signer=signer,
+                         modules=modules or ModuleTrust(), unvouched=unvouched,
+                         class_modules=_modules_named(pf.plan))
+
+
+def _modules_named(plan: pb.Plan) -> tuple[str, ...]:
+    return tuple(sorted({a.cls.module for a in plan.graph.actors
+                         if not (a.external.name or a.external.actor_id)
+                         and not a.cls.pickled_class}))
 
 
 def refusal_text(decision: TrustDecision, name: str, path: str | None = None) -> str:
@@ -342,6 +419,15 @@ def refusal_text(decision: TrustDecision, name: str, path: str | None = None) ->
     if decision.needs.needs_trust:
         lines.append("starting it would run or reach:")
         lines.extend(f"  {line}" for line in decision.needs.lines())
+    if decision.unvouched:
+        lines.append("an unsigned plan may use only classes from modules you trust "
+                     f"({decision.modules.source or 'trusted_modules'}) and public methods:")
+        lines.extend(f"  {line}" for line in decision.unvouched)
+        mods = sorted({u.rsplit("(", 1)[-1].rstrip(")") for u in decision.unvouched
+                       if u.endswith(")") and "private method" not in u})
+        if mods:
+            lines.append("  `cgc trust add-module " + " ".join(mods) + "` trusts them, if you "
+                         "vouch for what their public methods do")
     if path:
         lines.append(
             f"run it only if you trust where it came from: `cgc run --trust {path}` or "

@@ -1,6 +1,7 @@
 """``cgc inspect PLAN [--json | --code]``: a plan as readable text, as protobuf's JSON
 mapping, or the source code it embeds. Inspecting never runs anything from the plan: pickled
-values show as ``<pickled, N bytes>`` and embedded source is printed, never executed."""
+values show as ``<pickled, N bytes>`` and embedded source is printed, never executed. A plan
+beyond ``Limits`` is refused first (``cgc.verify.bounds.check_limits``), as check and viz do."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ __all__ = ["inspect_cmd", "header_text", "code_text"]
 @click.option("--code", "as_code", is_flag=True,
               help="Print the source of every module the plan embeds (what would run).")
 def inspect_cmd(plan_path: Path, as_json: bool, as_code: bool) -> None:
-    """Print a plan: header, signer, what needs trust, actors, nodes, channels, programs."""
+    """Print a plan: header, signer, what needs trust, actors, nodes, channels, programs.
+
+    A plan beyond cgc's bounds (``Limits``) is refused, as ``cgc check`` and ``cgc viz``
+    refuse it (exit code 4); a plan that is malformed otherwise is still printed.
+    """
     from cgc.plan_schema.planfile import open_plan
+    from cgc.verify.bounds import check_limits
 
     pf = open_plan(plan_path)
+    check_limits(pf.plan)
     if as_json:
         from google.protobuf import json_format
 

@@ -43,9 +43,9 @@ def show_cmd() -> None:
 def add_cmd(keyfile) -> None:  # noqa: ANN001 - click's file object
     """Trust the public key in KEYFILE (a line from `cgc keys show`; - reads stdin)."""
     from cgc.plan_schema import signing
+    from cgc.plan_schema.userfiles import list_lines
 
-    lines = [ln for ln in keyfile.read().splitlines()
-             if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [ln for _, ln in list_lines(keyfile.read(), keyfile.name)]
     if len(lines) != 1:
         raise signing.KeyFileError(
             f"{keyfile.name}: expected one public key line ('{signing.KEY_TYPE} BASE64 "

@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("cgc.cli.run_cmd", "run_cmd", "Run a plan on Ray and report latency."),
     "viz": ("cgc.cli.viz_cmd", "viz_cmd", "Draw a plan's graph or schedule."),
     "keys": ("cgc.cli.keys_cmd", "keys_cmd", "Show your plan-signing key; trust others' keys."),
+    "trust": ("cgc.cli.trust_cmd", "trust_cmd", "Trust modules whose classes unsigned plans use."),
 }
 
 

@@ -63,8 +63,9 @@ def _inputs(plan: Any, input_json: str | None) -> tuple[list[Any], dict[str, Any
             "the model file and compile again)")
     from cgc.plan_schema.values import decode_value
 
-    args = [decode_value(v) for v in proto.example_args]
-    kwargs = {nv.name: decode_value(nv.value) for nv in proto.example_kwargs}
+    args = [decode_value(v, f"example_args[{i}]") for i, v in enumerate(proto.example_args)]
+    kwargs = {nv.name: decode_value(nv.value, f"example_kwargs[{nv.name!r}]")
+              for nv in proto.example_kwargs}
     return args, kwargs
 
 
@@ -103,11 +104,14 @@ def _inputs(plan: Any, input_json: str | None) -> tuple[list[Any], dict[str, Any
 @click.option("--dashboard", is_flag=True, default=None,
               help="Start Ray's dashboard with the local Ray (off by default: it slows "
               "start-up; ignored with --address).")
+@click.option("--no-cuda-graphs", "no_cuda_graphs", is_flag=True, default=False,
+              help="Run the plan's captured calls eagerly instead of replaying CUDA graphs.")
 def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             input_json: str | None, as_json: bool, submit_timeout: float | None,
             get_timeout: float | None, trust: bool, communicator: str | None,
             capacity: int | None, at_capacity: str | None, trace_path: str | None,
-            torch_profile: str | None, nvtx: bool | None, dashboard: bool | None) -> None:
+            torch_profile: str | None, nvtx: bool | None, dashboard: bool | None,
+            no_cuda_graphs: bool) -> None:
     """Run PLAN on Ray and report latency percentiles, throughput and set-up time.
 
     A plan that would run code from the file runs only when signed by your key or a key
@@ -123,7 +127,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout,
                     communicator=communicator, capacity=capacity, at_capacity=at_capacity,
                     trace=trace_path, torch_profile=torch_profile, nvtx=nvtx,
-                    dashboard=dashboard) as graph:
+                    dashboard=dashboard, cuda_graphs=not no_cuda_graphs) as graph:
         def once() -> Any:
             r = graph.execute(*args, **kwargs)
             return [x.get() for x in r] if isinstance(r, list) else r.get()
@@ -143,6 +147,8 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         setup, ray_s = graph.setup_seconds, graph.ray_start_seconds
         bound = list(graph.channel_bindings.values())
         comms = {cid: (b.transport, b.reason) for cid, b in sorted(graph.comm_bindings.items())}
+        graphs = graph.cuda_graph_stats() if any(
+            p.captured_ops for p in plan.proto.lowered.programs) else {}
     channels = {k: bound.count(k) for k in sorted(set(bound))}
     lat.sort()
     us = {f"p{q}": round(_percentile(lat, q) * 1e6, 1) for q in (50, 90, 99)}
@@ -156,6 +162,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             "device_channels": {k: v for k, v in channels.items() if k not in ("shm", "tcp")},
             "communicators": {str(c): {"transport": t, "reason": r}
                               for c, (t, r) in comms.items()},
+            "cuda_graphs": graphs,
         }))
         return
     click.echo(f"plan {plan.name}: {iters} executions (after {warmup} warm-up)")
@@ -171,5 +178,9 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
                                     or "none") + " (bound from where the actors landed)")
     for cid, (transport, reason) in comms.items():
         click.echo(f"  comm {cid:<7} {transport}: {reason}")
+    for name, st in sorted(graphs.items()):
+        why = "; ".join(st["fallbacks"].values())
+        click.echo(f"  cuda graph   {name}: {st['captures']} captured, {st['replays']} replays, "
+                   f"{st['eager']} eager" + (f" ({why})" if why else ""))
     if trace_path:
         click.echo(f"  trace        {trace_path} (open at https://ui.perfetto.dev)")

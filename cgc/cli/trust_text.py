@@ -12,7 +12,9 @@ __all__ = ["trust_lines"]
 
 
 def trust_lines(pf: PlanFile, *, detail: bool = True) -> list[str]:
-    """Lines on the plan's signature and needs; ``detail`` lists every item that needs trust.
+    """Lines on the plan's signature, its needs and the rule that decides whether it runs
+    here without ``--trust``; ``detail`` lists every item that needs trust. The names the
+    user's trusted modules do not cover are always listed.
 
     Example: ``trust_lines(open_plan("x.cgplan"))[0]`` -> ``"signature: signed by ..."``.
     """
@@ -30,14 +32,16 @@ def trust_lines(pf: PlanFile, *, detail: bool = True) -> list[str]:
         lines = [f"signature: {'by ' + fp if fp else 'unsigned'} "
                  f"(cannot check against your keys: {exc})"]
         lines.append(f"needs trust: {needs.short()}" if needs.needs_trust
-                     else "needs trust: no (installed classes and plain values only)")
+                     else "needs trust: no code from the file (installed classes and plain "
+                          "values only)")
+        lines.append("runs here: not known (your trust files could not be read)")
         if detail:
             lines.extend(f"  {line}" for line in needs.lines())
         return lines
     lines = [f"signature: {decision.signer}"]
     needs = decision.needs
     if not needs.needs_trust:
-        verdict = "no (installed classes and plain values only)"
+        verdict = "no code from the file (installed classes and plain values only)"
     elif decision.allowed:
         verdict = f"{needs.short()}; runs here without --trust (trusted signature)"
     else:
@@ -45,6 +49,8 @@ def trust_lines(pf: PlanFile, *, detail: bool = True) -> list[str]:
     if pf.header.signature and not pf.signature_valid:
         verdict += "; refused without --trust: its signature does not verify"
     lines.append(f"needs trust: {verdict}")
+    lines.append(decision.rule())
     if detail:
         lines.extend(f"  {line}" for line in needs.lines())
+    lines.extend(f"  {line}" for line in decision.unvouched)
     return lines

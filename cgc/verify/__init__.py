@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import LIMITS, Limits
 from cgc.verify.errors import DeadlockError, PlanLimitError, PlanStructureError, VerifyError
-from cgc.verify.simulate import has_prefetch, simulate
+from cgc.verify.simulate import BoundedRun, bounded_run, has_prefetch, prefetch_depth, simulate
 from cgc.verify.structure import check_structure
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "check_plan_file",
     "check_structure",
     "default_executions",
+    "bounded_run",
+    "verify_work",
     "VerifyReport",
     "VerifyError",
     "DeadlockError",
@@ -37,10 +39,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """What the verifier proved: ``executions`` stepped with ``capacity`` in flight.
+    """What the verifier proved: ``executions`` stepped with ``stepped_capacity`` in flight.
 
-    ``all_executions`` is True when that number decides every number of executions (a plan
-    without prefetch ops; see ``cgc.verify.simulate``).
+    ``capacity`` is the plan's; ``stepped_capacity`` is lower only for a plan with prefetch
+    ops, where ``bounded_run`` shows that the smaller one decides the plan's (see
+    ``cgc.verify.simulate``). ``all_executions`` is True when the run decides every number
+    of executions (always, unless the caller asked for a number of executions that does
+    not).
     """
 
     executions: int
@@ -49,14 +54,29 @@ class VerifyReport:
     programs: int
     channels: int
     all_executions: bool = False
+    stepped_capacity: int = 0
 
 
 def default_executions(plan: pb.Plan) -> int:
-    """Executions the verifier steps by default: 2, or ``capacity + 2`` with prefetch ops.
+    """Executions the verifier steps by default (``bounded_run(plan).executions``): 2, or
+    at most ``2 * prefetch_depth + 2`` with prefetch ops, whatever the capacity.
 
     Example: ``default_executions(lower(plan)) == 2``.
     """
-    return max(1, plan.config.capacity) + 2 if has_prefetch(plan) else 2
+    return bounded_run(plan).executions
+
+
+def verify_work(plan: pb.Plan, executions: int) -> int:
+    """Op steps a simulation of ``executions`` executions takes (programs and driver).
+
+    Example: ``verify_work(plan, 2) == verify_plan(plan).ops_stepped`` for a plan without
+    deadlocks or prefetch ops.
+    """
+    low = plan.lowered
+    per = sum(len(p.ops) for p in low.programs)
+    per += len(low.input_channels) + len(set(low.output_channels))
+    late = sum(1 for p in low.programs for op in p.ops if op.exec_offset)
+    return executions * per + sum(len(p.prologue) for p in low.programs) - late
 
 
 def verify_plan(
@@ -64,15 +84,19 @@ def verify_plan(
 ) -> VerifyReport:
     """Check a plan's structure and bounds, then step its programs with blocking semantics.
 
-    ``executions`` defaults to ``default_executions(plan)``: without prefetch ops that
-    decides deadlock-freedom for every number of executions and every capacity the driver
-    channels hold, at a cost that does not grow with the capacity. ``limits`` defaults to
-    ``cgc.plan_schema.defaults.LIMITS``.
+    ``executions`` defaults to ``bounded_run(plan)``: that decides deadlock-freedom for
+    every number of executions at the plan's capacity, at a cost that does not grow with
+    the capacity (``cgc.verify.simulate`` has the argument). A number of executions given
+    here is stepped as asked, at the plan's capacity. ``limits`` defaults to
+    ``cgc.plan_schema.defaults.LIMITS``; the simulation's work (executions x ops) must stay
+    within ``max(Limits.verify_steps, 4 x ops per execution)``, so a plan without prefetch
+    ops (2 executions) or with prefetch ops at one place per loop is always stepped.
 
     Example: ``verify_plan(plan).all_executions`` for a plan ``cgc compile`` wrote.
 
     Raises:
-        PlanLimitError: a field beyond its limit (``capacity``, ``slots``, counts, ...).
+        PlanLimitError: a field beyond its limit (``capacity``, ``slots``, counts, ...), or
+            the simulation would take more steps than ``Limits.verify_steps`` allows.
         PlanStructureError: ids, references, enum values, op fields, counts or seq pairing
             are wrong.
         DeadlockError: the programs can deadlock (per-actor table + wait-for cycle).
@@ -80,18 +104,33 @@ def verify_plan(
     """
     limits = limits or LIMITS
     check_structure(plan, limits)
-    capacity = plan.config.capacity
-    n = executions if executions is not None else default_executions(plan)
+    capacity = max(1, plan.config.capacity)
+    if executions is None:
+        run = bounded_run(plan)
+        decides = True
+    else:
+        run = BoundedRun(executions, capacity)
+        # what the simulate module doc shows each of them decides
+        need = capacity + prefetch_depth(plan) if has_prefetch(plan) else 2
+        decides = executions >= need
+    n = run.executions
     if not 1 <= n <= limits.executions:
         raise PlanLimitError("the executions to step", n, limits.executions, "executions")
-    result = simulate(plan, n, capacity)
+    work = verify_work(plan, n)
+    budget = max(limits.verify_steps, verify_work(plan, 4))
+    if work > budget:
+        raise PlanLimitError(
+            f"the verifier's work ({n} executions of {prefetch_depth(plan)} prefetch places: "
+            "op steps)", work, budget, "verify_steps")
+    result = simulate(plan, n, run.capacity, slots=run.slots)
     return VerifyReport(
         n,
         capacity,
         result.ops_stepped,
         len(plan.lowered.programs),
         len(plan.lowered.channels),
-        all_executions=not has_prefetch(plan),
+        all_executions=decides,
+        stepped_capacity=run.capacity,
     )
 
 

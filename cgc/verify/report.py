@@ -41,7 +41,8 @@ def waits_for(sim: Any, name: str) -> list[tuple[str, str]]:
     if op.kind == pb.WRITE:
         low = min(sim.reads[ch.id].values())
         slow = [r for r, n in sorted(sim.reads[ch.id].items()) if n == low]
-        return [(r, f"WRITE on c{ch.id}: ring of {ch.slots} full") for r in slow]
+        slots = getattr(sim, "slots", {}).get(ch.id, ch.slots)
+        return [(r, f"WRITE on c{ch.id}: ring of {slots} full") for r in slow]
     if op.kind == pb.SEND:
         return [(op.peer, f"SEND to {op.peer} on c{op.channel}")]
     if op.kind == pb.RECV:

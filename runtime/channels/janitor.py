@@ -139,10 +139,14 @@ def _main(seg_dir: str) -> int:
             graphs.pop(parts[1], None)
     if not graphs:
         return 0
-    # Why O_NOFOLLOW: the directory is checked by the driver; never follow a swapped link.
+    # Why O_NOFOLLOW and the owner check: the driver chose and checked the directory (see
+    # shm.segment_dir); never follow a swapped link, never touch another user's folder.
     try:
         dfd = os.open(seg_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
+        return 0
+    if os.fstat(dfd).st_uid != os.geteuid():
+        os.close(dfd)
         return 0
     prefixes = tuple(p + "-" for p in graphs)
     actors = [(pid, st) for ids in graphs.values() for pid, st in ids if st is not None]

@@ -4,7 +4,20 @@ Where: every segment is a file in ``/dev/shm/cgc-<euid>/`` (tmpfs, so futex word
 work as in any shared mapping). That directory is created with mode 0700 and, whenever it
 is used, opened with ``O_NOFOLLOW`` and checked: a directory, ours, mode 0700 - else
 ``ShmSecurityError`` (another local user cannot plant or read files in it, nor swap it for
-a symlink). Segment files are created ``O_EXCL`` with mode 0600: a name that already
+a symlink).
+
+Squatting: /dev/shm is writable by everyone, so another user can take the name
+``cgc-<euid>`` first. Then the folder is ``cgc-<euid>.1`` (or ``.2``, ...): the first of
+those names that is ours or free. Every process of ours on the node finds the same one
+with no shared record, because the choice is made from what /dev/shm holds: an entry's
+owner says whose it is, mkdir is atomic (two of our processes creating at once agree) and
+/dev/shm's sticky bit means only its owner can remove or rename an entry. An existing
+folder of ours is always preferred to creating one (a squat removed later does not split
+our processes between two folders). A name another user holds is never opened as ours -
+the checks above still run on whatever is chosen. Cost: one ``lstat`` when ``cgc-<euid>``
+is ours (the usual case); under a squat, one listing of /dev/shm per process (the choice is
+then remembered), so a user who creates many such names slows a first start by about a
+second per million names, and cannot stop it. Segment files are created ``O_EXCL`` with mode 0600: a name that already
 exists is ``SegmentExistsError``, never something to attach to. Attaching opens with
 ``O_NOFOLLOW | O_NONBLOCK`` (a symlink or FIFO is refused, not followed or waited on) and
 ``fstat`` must show a regular file of ours with mode 0600 before anything is mapped. Names
@@ -64,9 +77,102 @@ class SegmentNotReady(FileNotFoundError):
 
 
 def segment_dir() -> str:
-    """This user's segment directory: ``SHM_DIR`` when set, else ``<SHM_ROOT>/cgc-<euid>``
-    (either way it must be ours with mode 0700)."""
-    return SHM_DIR or os.path.join(SHM_ROOT, f"cgc-{os.geteuid()}")
+    """This user's segment directory: ``SHM_DIR`` when set, else ``<SHM_ROOT>/cgc-<euid>``,
+    or the fallback chosen when another user holds that name (see the module docstring).
+    Nothing is created: when no folder exists yet, the name one would get.
+
+    Example:
+        >>> import os
+        >>> segment_dir().startswith(SHM_DIR or f"{SHM_ROOT}/cgc-{os.geteuid()}")
+        True
+    """
+    try:
+        return _locate(create=False)[0]
+    except FileNotFoundError as e:
+        return str(e.filename)
+
+
+_chosen: dict[tuple[str, int], str] = {}  # (SHM_ROOT, euid) -> the fallback folder in use
+
+
+def _ours(path: str) -> bool | None:
+    """Whose is the entry ``path`` (not followed): True ours, False another user's, None
+    no such entry."""
+    try:
+        return os.lstat(path).st_uid == os.geteuid()
+    except FileNotFoundError:
+        return None
+
+
+def _fallbacks(root: str, base: str) -> tuple[list[str], set[str]]:
+    """The fallback folders of ours under ``root`` (lowest index first), and every name."""
+    try:
+        names = set(os.listdir(root))
+    except FileNotFoundError:
+        return [], set()  # no /dev/shm at all: creating the folder says so
+    mine = []
+    for n in names:
+        tail = n[len(base) + 1:]
+        if n.startswith(base + ".") and tail.isdigit() and tail[0] != "0" and \
+                _ours(os.path.join(root, n)):
+            mine.append((int(tail), os.path.join(root, n)))
+    return [path for _i, path in sorted(mine)], names
+
+
+def _locate(create: bool) -> tuple[str, bool]:
+    """The segment folder's path, and whether this call created it (nothing is checked
+    here but whose each name is: ``_open_dir`` checks what it opens).
+
+    Raises:
+        FileNotFoundError: no folder of ours exists and ``create`` is False (``filename``:
+            the path one would create).
+    """
+    if SHM_DIR:
+        if not create:
+            return SHM_DIR, False
+        try:
+            os.mkdir(SHM_DIR, 0o700)
+            return SHM_DIR, True
+        except FileExistsError:
+            return SHM_DIR, False
+    uid = os.geteuid()
+    root, base = SHM_ROOT, f"cgc-{uid}"
+    primary = os.path.join(root, base)
+    key = (root, uid)
+    for _ in range(100):  # a turn ends, or loses a creation race and looks again
+        known = _chosen.get(key)
+        if known is not None and _ours(known):
+            return known, False
+        owner = _ours(primary)
+        if owner:
+            return primary, False  # ours (the usual case)
+        mine, names = _fallbacks(root, base)
+        if mine:  # an earlier squat: where our other processes already are
+            _chosen[key] = mine[0]
+            return mine[0], False
+        if owner is None:  # free: the usual first start
+            if not create:
+                raise FileNotFoundError(errno.ENOENT, "no segment folder yet", primary)
+            try:
+                os.mkdir(primary, 0o700)
+                return primary, True
+            except FileExistsError:
+                continue  # made meanwhile: by us or by someone else?
+        # Another user holds the name: the first fallback that is free.
+        i = 1
+        while f"{base}.{i}" in names:
+            i += 1
+        path = os.path.join(root, f"{base}.{i}")
+        if not create:
+            raise FileNotFoundError(errno.ENOENT, "no segment folder yet", path)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue  # taken since the listing (perhaps by one of ours): look again
+        _chosen[key] = path
+        return path, True
+    raise ShmSecurityError(f"cannot settle on a segment folder in {root}: its entries keep "
+                           "changing")
 
 
 def _check_name(name: str) -> str:
@@ -82,14 +188,7 @@ def _open_dir(create: bool) -> int:
         FileNotFoundError: it does not exist (and ``create`` is False).
         ShmSecurityError: it is a symlink, not a directory, not ours, or not mode 0700.
     """
-    path = segment_dir()
-    made = False
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-            made = True
-        except FileExistsError:
-            pass
+    path, made = _locate(create)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:

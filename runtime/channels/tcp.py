@@ -1,34 +1,17 @@
 """TCP channel for readers on another node: same write/read/close/timeout API as the ring.
 
-Set-up (once per connection, never per message): the writer listens on the node's own IP
-(never a wildcard address); each of its ``num_readers`` readers connects and both prove
-they hold the graph's secret (a fresh random key per graph, handed to the actors through
-Ray's set-up calls)::
+Set-up (once per connection, never per message; ``tcp_accept``): the writer listens on the
+node's own IP and answers connections in a set-up thread until each of its ``num_readers``
+readers has connected and both ends have proven they hold the graph's secret; strangers'
+connections (silent, slow, garbage, floods) are dropped without delaying the readers for
+long. Nothing a stranger sends is ever unpickled.
 
-    writer -> reader   "CGHS" | version | nonce_w (32 random bytes)
-    reader -> writer   "CGHS" | reader index | nonce_r | HMAC(secret, "reader", channel,
-                                                               nonce_w, nonce_r, index)
-    writer -> reader   "CGHS" | HMAC(secret, "writer", channel, nonce_w, nonce_r, index)
-
-The writer answers connections in a set-up thread (so no ordering between actors' set-up
-steps is needed) that handles pending connections concurrently, drops any that fails the proof (or
-is silent for 10 s, or claims a reader index already taken) without reading anything
-else from it, accepts exactly one connection per reader index, then closes its listener.
-A reader drops a writer that cannot prove itself before reading a single frame. Nothing a
-stranger sends is ever unpickled. (Only set-up is authenticated: an attacker who can
-already rewrite traffic on the path between two nodes is out of scope, as for Ray's own
-data plane.)
-
-Frames, little-endian; ``session`` (8 bytes from the handshake, different per connection),
-``seq``, the body length and the trailer are checked on every frame, so a stream out of
-step (gap, duplicate, bytes lost) is a ``ChannelSequenceError``, never a value::
-
-    u32 magic | u32 kind | u64 seq | u64 pickle_len | u32 nbufs | u32 0 | u64 session |
-    u64 body_len | nbufs x u64 len | pickle bytes | buffer 0 | buffer 1 | ... | u64 trailer
-
-A frame larger than ``max_frame_bytes`` (or with more than 65536 buffers) is refused from
-its header, before anything is allocated: ``FrameTooLargeError``, and the connection is
-closed. The writer refuses to send one too (nothing sent; the channel stays usable).
+Frames (``tcp_frame``): ``session``, ``seq``, the body length and the trailer are checked on
+every frame, so a stream out of step (gap, duplicate, bytes lost) is a
+``ChannelSequenceError``, never a value. A frame larger than ``max_frame_bytes`` (or with
+more than 65536 buffers) is refused from its header, before anything is allocated:
+``FrameTooLargeError``, and the connection is closed. The writer refuses to send one too
+(nothing sent; the channel stays usable).
 
 Reading: a frame is received into a per-frame state object, so a read interrupted by a
 signal resumes where it stopped; ``position`` (values consumed) moves in one store after
@@ -52,22 +35,15 @@ Example:
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import hmac
-import secrets
 import select
-import selectors
 import socket
 import struct
 import termios
-import threading
-import time
 from typing import Any
 
 from cgc.plan_schema.defaults import MAX_FRAME_BYTES
 
 from .errors import (
-    ChannelAuthError,
     ChannelClosedError,
     ChannelSequenceError,
     ChannelTimeoutError,
@@ -76,130 +52,62 @@ from .errors import (
     lost_value,
 )
 from .serial import Serializer, loads
+from .tcp_accept import HANDSHAKE_S, Acceptor, check_secret, connect_proven, listener
+from .tcp_frame import (
+    CLOSE_FRAME,
+    DATA_FRAME,
+    FRAME_MAGIC,
+    HDR,
+    MAX_BUFS,
+    POISON_FRAME,
+    TRL,
+    Rx,
+    send_all,
+    trailer,
+)
 
 __all__ = ["TcpWriter", "TcpReader", "ChannelSequenceError", "DEFAULT_MAX_FRAME_BYTES"]
 
-_MAGIC = 0x54434743  # "CGCT"
-_HS_MAGIC = 0x53484743  # "CGHS"
-_VERSION = 2
-_HDR = struct.Struct("<IIQQIIQQ")  # magic, kind, seq, plen, nbufs, 0, session, body bytes
-_TRL = struct.Struct("<Q")  # after the body: _trailer(session, seq)
-_HELLO = struct.Struct("<II32s")  # magic, version, writer nonce
-_RPROOF = struct.Struct("<II32s32s")  # magic, reader index, reader nonce, mac
-_WPROOF = struct.Struct("<I32s")  # magic, mac
-_DATA, _CLOSE, _POISON = 1, 2, 3
-_IOV_MAX = 512
-_MAX_BUFS = 1 << 16
 DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES  # 4 GiB unless the run sets RunConfig.max_frame_bytes
-_HANDSHAKE_S = 10.0  # a pending connection silent this long is dropped
-_MAX_PENDING = 64  # pending (unproven) connections kept at once; the oldest go first
 _RXBUF = 64 * 1024  # reader's receive buffer: a small frame arrives in one recv
 _DIRECT = 16 * 1024  # a part with this much left is received straight into its bytearray
 _RECV_MAX = 1 << 20  # most bytes one receive copies
 _TI_RECEIVED = 128  # offset of tcpi_bytes_received in struct tcp_info (Linux >= 4.1)
-_M64 = (1 << 64) - 1
-_WILDCARDS = frozenset({"", "0.0.0.0", "::", "0:0:0:0:0:0:0:0"})
-
-
-def _mac(secret: bytes, role: bytes, channel: str, nw: bytes, nr: bytes, index: int) -> bytes:
-    msg = b"cgc-tcp-2\0" + role + b"\0" + channel.encode() + b"\0" + nw + nr + \
-        index.to_bytes(4, "little")
-    return hmac.new(secret, msg, hashlib.sha256).digest()
-
-
-def _session(secret: bytes, channel: str, nw: bytes, nr: bytes, index: int) -> int:
-    return int.from_bytes(_mac(secret, b"session", channel, nw, nr, index)[:8], "little")
-
-
-def _trailer(session: int, seq: int) -> int:
-    return (session ^ (seq * 0x9E3779B97F4A7C15)) & _M64
-
-
-def _check_secret(secret: bytes) -> None:
-    if not isinstance(secret, bytes | bytearray) or len(secret) < 16:
-        raise ValueError("a TCP channel needs the graph's secret: >= 16 random bytes")
-
-
-def _tune(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    # Why keepalive: a peer *node* that vanishes sends no FIN; probes turn a blocked
-    # recv/send into an error within about a minute instead of never.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for opt, val in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
-        if hasattr(socket, opt):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
-
-
-def _send_all(sock: socket.socket, parts: list[Any]) -> None:
-    views = [memoryview(p).cast("B") for p in parts if len(memoryview(p))]
-    while views:
-        sent = sock.sendmsg(views[:_IOV_MAX])
-        while sent:
-            n = views[0].nbytes
-            if sent >= n:
-                sent -= n
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
-
-
-def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        rem = deadline - time.monotonic()
-        if rem <= 0:
-            raise ChannelTimeoutError(f"{what}: set-up timed out")
-        sock.settimeout(rem)
-        try:
-            chunk = sock.recv(n - len(buf))
-        except TimeoutError:
-            raise ChannelTimeoutError(f"{what}: set-up timed out") from None
-        if not chunk:
-            raise ChannelAuthError(
-                f"{what}: the writer closed the connection during set-up (wrong secret, "
-                "wrong channel, or this reader index is already connected)")
-        buf += chunk
-    return bytes(buf)
-
-
-class _Pending:
-    __slots__ = ("nonce", "buf", "since")
-
-    def __init__(self, nonce: bytes, since: float) -> None:
-        self.nonce = nonce
-        self.buf = bytearray()
-        self.since = since
 
 
 class TcpWriter:
     """Writing end: listens, accepts its ``num_readers`` proven readers, sends to all."""
 
     def __init__(self, server: socket.socket, num_readers: int, secret: bytes, channel: str,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, handshake_timeout: float = HANDSHAKE_S) -> None:
         self.num_readers = num_readers
         self.port = server.getsockname()[1]
         self.name = f"tcp:{server.getsockname()[0]}:{self.port}" + (f"/{channel}"
                                                                     if channel else "")
         self.channel = channel
         self.max_frame_bytes = max_frame_bytes
-        self._secret = bytes(secret)
-        self._socks: list[socket.socket | None] = [None] * num_readers
+        self._socks: list[socket.socket | None] = [None] * num_readers  # set once joined
         self._sessions = [0] * num_readers
         self._seq = 0
         self._ser = Serializer()
         self._closed = False
-        self.refused = 0  # connections dropped at set-up (failed proof, silent, duplicate)
-        self._accept_error: OSError | None = None
-        self._stop_r, self._stop_w = socket.socketpair()
-        self._acceptor: threading.Thread | None = threading.Thread(
-            target=self._accept_loop, args=(server, self._stop_r), daemon=True,
-            name=f"cgc-tcp-accept-{self.port}")
-        self._acceptor.start()
+        self._joined = False
+        self._acc = Acceptor(server, num_readers, bytes(secret), channel, handshake_timeout)
+
+    @property
+    def refused(self) -> int:
+        """Connections dropped at set-up (failed proof, silent, too slow, evicted, duplicate)."""
+        return self._acc.refused
+
+    @property
+    def accepting(self) -> bool:
+        """The set-up thread still answers connections (some reader has not connected)."""
+        return not self._joined and self._acc.thread.is_alive()
 
     @classmethod
     def listen(cls, host: str, port: int = 0, num_readers: int = 1, *, secret: bytes,
-               channel: str = "", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> TcpWriter:
+               channel: str = "", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+               handshake_timeout: float = HANDSHAKE_S) -> TcpWriter:
         """Bind ``host`` (this node's IP; ``port=0``: any free port, then read ``.port``).
 
         Args:
@@ -207,17 +115,16 @@ class TcpWriter:
             channel: a label both ends share (e.g. the channel's name): a reader of another
                 channel fails the proof.
             max_frame_bytes: largest value (pickle + buffers) this channel carries.
+            handshake_timeout: seconds a connection has, from being accepted, to prove
+                itself (then it is dropped; a real reader connects again).
 
         Raises:
             ValueError: a wildcard ``host`` or a missing/short secret.
             OSError: the address cannot be bound.
         """
-        if host in _WILDCARDS:
-            raise ValueError(f"TCP channel: bind to this node's IP, not {host!r} (a wildcard "
-                             "address listens on every network)")
-        _check_secret(secret)
-        srv = socket.create_server((host, port), backlog=max(num_readers, 8) + _MAX_PENDING)
-        return cls(srv, num_readers, secret, channel, max_frame_bytes)
+        check_secret(secret)
+        srv = listener(host, port, num_readers)
+        return cls(srv, num_readers, secret, channel, max_frame_bytes, handshake_timeout)
 
     @property
     def position(self) -> int:
@@ -231,110 +138,27 @@ class TcpWriter:
         Raises:
             ChannelTimeoutError: not all readers proved themselves in time.
             OSError: the listener failed.
+            ChannelClosedError: the set-up thread failed otherwise (the error is chained).
         """
-        t = self._acceptor
-        if t is not None:
-            t.join(timeout)
-            if t.is_alive():
-                got = sum(s is not None for s in self._socks)
-                raise ChannelTimeoutError(f"{self.name}: {got}/{self.num_readers} readers "
+        acc = self._acc
+        if not self._joined:
+            acc.thread.join(timeout)
+            if acc.thread.is_alive():
+                raise ChannelTimeoutError(f"{self.name}: {acc.got}/{self.num_readers} readers "
                                           f"connected within {timeout} s")
-            self._acceptor = None
-        if self._accept_error is not None:
-            raise self._accept_error
+            self._join()
+        if acc.error is not None:
+            if isinstance(acc.error, OSError):
+                raise acc.error
+            raise ChannelClosedError(f"{self.name}: the set-up thread failed "
+                                     f"({acc.error!r})") from acc.error
 
-    def _accept_loop(self, srv: socket.socket, stop: socket.socket) -> None:
-        # Why a thread: a reader's connect() returns only after the proof exchange, so the
-        # writer must answer while its owner does other set-up (e.g. connecting its own
-        # readers to other actors' writers) - no set-up ordering between actors needed.
-        sel = selectors.DefaultSelector()
-        sel.register(srv, selectors.EVENT_READ)
-        sel.register(stop, selectors.EVENT_READ)
-        pending: dict[socket.socket, _Pending] = {}
-        try:
-            while any(s is None for s in self._socks):
-                now = time.monotonic()
-                for s in [s for s, p in pending.items() if now - p.since > _HANDSHAKE_S]:
-                    self._drop(sel, pending, s)
-                for key, _ in sel.select(_HANDSHAKE_S):
-                    if key.fileobj is stop:
-                        return
-                    if key.fileobj is srv:
-                        self._take(sel, pending, srv)
-                    else:
-                        self._step(sel, pending, key.fileobj)  # type: ignore[arg-type]
-        except OSError as e:
-            self._accept_error = e
-        finally:
-            for s in list(pending):
-                self._drop(sel, pending, s, refused=False)
-            sel.close()
-            srv.close()
-
-    def _take(self, sel: selectors.BaseSelector, pending: dict, srv: socket.socket) -> None:
-        try:
-            s, _ = srv.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        s.setblocking(False)
-        nonce = secrets.token_bytes(32)
-        try:
-            s.send(_HELLO.pack(_HS_MAGIC, _VERSION, nonce))  # 40 bytes: fits a new buffer
-        except OSError:
-            s.close()
-            return
-        if len(pending) >= _MAX_PENDING:
-            self._drop(sel, pending, min(pending, key=lambda k: pending[k].since))
-        pending[s] = _Pending(nonce, time.monotonic())
-        sel.register(s, selectors.EVENT_READ)
-
-    def _drop(self, sel: selectors.BaseSelector, pending: dict, s: socket.socket,
-              refused: bool = True) -> None:
-        pending.pop(s, None)
-        try:
-            sel.unregister(s)
-        except (KeyError, ValueError):
-            pass
-        s.close()
-        self.refused += refused
-
-    def _step(self, sel: selectors.BaseSelector, pending: dict, s: socket.socket) -> None:
-        p = pending[s]
-        try:
-            chunk = s.recv(_RPROOF.size - len(p.buf))
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(sel, pending, s)
-            return
-        p.buf += chunk
-        if len(p.buf) < _RPROOF.size:
-            return
-        magic, idx, nr, mac = _RPROOF.unpack(p.buf)
-        ok = (magic == _HS_MAGIC and 0 <= idx < self.num_readers
-              and self._socks[idx] is None
-              and hmac.compare_digest(mac, _mac(self._secret, b"reader", self.channel,
-                                                p.nonce, nr, idx)))
-        if not ok:
-            self._drop(sel, pending, s)
-            return
-        pending.pop(s)
-        sel.unregister(s)
-        try:
-            s.setblocking(True)
-            s.settimeout(_HANDSHAKE_S)
-            s.sendall(_WPROOF.pack(_HS_MAGIC, _mac(self._secret, b"writer", self.channel,
-                                                   p.nonce, nr, idx)))
-            s.settimeout(None)
-            _tune(s)
-        except OSError:
-            s.close()
-            self.refused += 1
-            return
-        self._sessions[idx] = _session(self._secret, self.channel, p.nonce, nr, idx)
-        self._socks[idx] = s
+    def _join(self) -> None:
+        """The set-up thread has ended: take its readers (no other thread touches them now)."""
+        self._acc.stop()
+        self._socks = list(self._acc.socks)
+        self._sessions = list(self._acc.sessions)
+        self._joined = True
 
     def write(self, value: Any, timeout: float | None = None) -> None:
         """Send ``value`` to every reader (blocks while the peers' socket buffers are full).
@@ -350,27 +174,27 @@ class TcpWriter:
         """
         if self._closed:
             raise ChannelClosedError(f"{self.name} was closed")
-        if self._acceptor is not None:
+        if not self._joined or self._acc.error is not None:
             self.accept(timeout if timeout is not None else 30.0)
         data, raws = self._ser.dumps(value)
         size = len(data) + 8 * len(raws)
         for r in raws:
             size += r.nbytes
-        if size > self.max_frame_bytes or len(raws) > _MAX_BUFS:
+        if size > self.max_frame_bytes or len(raws) > MAX_BUFS:
             raise FrameTooLargeError(f"{self.name}: a value of {size} bytes exceeds the "
                                      f"channel's maximum of {self.max_frame_bytes} bytes")
-        self._send(_DATA, data, raws, size)
+        self._send(DATA_FRAME, data, raws, size)
 
     def _send(self, kind: int, data: bytes, raws: list[memoryview], size: int = 0) -> None:
         seq = self._seq
         lens = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)) if raws else b""
-        body = size + _TRL.size
+        body = size + TRL.size
         try:
             for i, s in enumerate(self._socks):
                 if s is not None:
                     ses = self._sessions[i]
-                    hdr = _HDR.pack(_MAGIC, kind, seq, len(data), len(raws), 0, ses, body)
-                    _send_all(s, [hdr, lens, data, *raws, _TRL.pack(_trailer(ses, seq))])
+                    hdr = HDR.pack(FRAME_MAGIC, kind, seq, len(data), len(raws), 0, ses, body)
+                    send_all(s, [hdr, lens, data, *raws, TRL.pack(trailer(ses, seq))])
         except OSError as e:
             self._closed = True
             raise ChannelClosedError(f"{self.name}: reader connection lost ({e})") from None
@@ -384,11 +208,11 @@ class TcpWriter:
 
     def poison(self) -> None:
         """Tell readers the channel failed (they raise ChannelClosedError), then close."""
-        self._finish(_POISON)
+        self._finish(POISON_FRAME)
 
     def close(self) -> None:
         """Tell readers the stream ended, then close the sockets. Idempotent."""
-        self._finish(_CLOSE)
+        self._finish(CLOSE_FRAME)
 
     def _finish(self, kind: int) -> None:
         self._stop_acceptor()  # first: no reader may join after the last frame
@@ -401,19 +225,11 @@ class TcpWriter:
         self._shutdown()
 
     def _stop_acceptor(self) -> None:
-        t = self._acceptor
-        if t is not None:
-            try:
-                self._stop_w.send(b"x")
-            except OSError:
-                pass
-            t.join()
-            self._acceptor = None
+        if not self._joined:
+            self._join()
 
     def _shutdown(self) -> None:
         self._stop_acceptor()
-        for s in (self._stop_r, self._stop_w):
-            s.close()
         for sock in self._socks:
             if sock is None:
                 continue
@@ -424,29 +240,13 @@ class TcpWriter:
             sock.close()
 
 
-class _Rx:
-    """One frame being received: every field is filled in place, so an interrupted read
-    resumes; ``done`` holds a complete frame not yet returned."""
-
-    __slots__ = ("off", "hdr", "head", "table", "parts", "trl", "done")
-
-    def __init__(self) -> None:
-        self.off = 0  # bytes of this frame taken off the stream (header included)
-        self.hdr = bytearray(_HDR.size)
-        self.head: tuple[int, int, int, int] | None = None  # seq, pickle_len, nbufs, body
-        self.table: bytearray | None = None
-        self.parts: list[bytearray] | None = None
-        self.trl = bytearray(_TRL.size)
-        self.done: tuple[int, bytearray, list[bytearray], int] | None = None
-
-
 class TcpReader:
     """Reading end; one thread reads at a time (``poison``/``close`` may come from another).
 
     ``position``: values consumed so far; ``last_nbytes``: bytes of the last value read.
 
     Interrupts: a signal handler that raises (KeyboardInterrupt) during ``read`` leaves the
-    frame half-received in ``_Rx``; the next ``read`` resumes it. Python runs handlers only
+    frame half-received in ``Rx``; the next ``read`` resumes it. Python runs handlers only
     when a call returns or a loop jumps back, and a signal taken by another thread is run
     when the main thread next gets the GIL back - typically as a ``recv_into`` returns,
     before its byte count is stored. So the reader counts every byte it takes, and after an
@@ -463,7 +263,7 @@ class TcpReader:
         self._session = session
         self.max_frame_bytes = max_frame_bytes
         self._expect = 0
-        self._rx = _Rx()
+        self._rx = Rx()
         self._buf = bytearray(_RXBUF)
         self._bmv = memoryview(self._buf)
         self._lo = 0  # self._buf[_lo:_hi] is received but not yet taken
@@ -482,44 +282,18 @@ class TcpReader:
                 channel: str = "", timeout: float = 30.0,
                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> TcpReader:
         """Connect to a writer (retrying until it listens, up to ``timeout`` s) and run the
-        set-up proof as reader ``reader_index``.
+        set-up proof as reader ``reader_index``; a writer busy with strangers' connections
+        says ``BUSY`` and this connects again, until ``timeout``.
 
         Raises:
             ChannelTimeoutError: no writer accepted the connection in time.
             ChannelAuthError: the peer is not the writer of this channel (it failed its
                 proof, or refused ours): nothing from it was read as data.
         """
-        _check_secret(secret)
+        check_secret(secret)
         what = f"tcp:{host}:{port}" + (f"/{channel}" if channel else "")
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                s = socket.create_connection((host, port), timeout=max(timeout, 0.1))
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    raise ChannelTimeoutError(f"{what}: no writer within {timeout} s") from None
-                time.sleep(0.01)
-        try:
-            hs_deadline = max(deadline, time.monotonic() + 1.0)
-            magic, version, nw = _HELLO.unpack(_recv_exact(s, _HELLO.size, hs_deadline, what))
-            if magic != _HS_MAGIC or version != _VERSION:
-                raise ChannelAuthError(f"{what}: the peer is not a cgc TCP channel writer "
-                                       f"(magic {magic:#x}, version {version})")
-            nr = secrets.token_bytes(32)
-            s.sendall(_RPROOF.pack(_HS_MAGIC, reader_index, nr,
-                                   _mac(secret, b"reader", channel, nw, nr, reader_index)))
-            magic, mac = _WPROOF.unpack(_recv_exact(s, _WPROOF.size, hs_deadline, what))
-            want = _mac(secret, b"writer", channel, nw, nr, reader_index)
-            if magic != _HS_MAGIC or not hmac.compare_digest(mac, want):
-                raise ChannelAuthError(f"{what}: the peer failed the writer's proof (not "
-                                       "this graph's writer): dropped before reading data")
-            s.settimeout(None)
-            _tune(s)
-        except BaseException:
-            s.close()
-            raise
-        return cls(s, what, _session(secret, channel, nw, nr, reader_index), max_frame_bytes)
+        s, session = connect_proven(host, port, reader_index, secret, channel, timeout, what)
+        return cls(s, what, session, max_frame_bytes)
 
     @property
     def position(self) -> int:
@@ -557,7 +331,7 @@ class TcpReader:
             self._recover()
         rx = self._rx
         if rx.done is not None and rx.done[0] < self._expect:  # returned, then interrupted
-            rx = self._rx = _Rx()
+            rx = self._rx = Rx()
         if rx.done is None:
             if timeout is not None and rx.off == 0 and self._lo == self._hi:
                 # Only the wait for a message is timed: once it starts we read it whole, so a
@@ -584,27 +358,27 @@ class TcpReader:
         except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
             value = decode_error(self.name, seq, e)
         self._expect = seq + 1  # consumed: one store
-        self._rx = _Rx()
+        self._rx = Rx()
         return value
 
-    def _whole(self, rx: _Rx) -> bool:
+    def _whole(self, rx: Rx) -> bool:
         """Take a frame that lies whole in the receive buffer (the common, small case) in
         one step; False leaves everything to ``_receive`` (which also reports errors)."""
         lo, hi = self._lo, self._hi
         buf = self._buf
-        H = _HDR.size
+        H = HDR.size
         if hi - lo < H:
             return False
-        magic, kind, seq, plen, nbufs, _z, session, body = _HDR.unpack_from(buf, lo)
+        magic, kind, seq, plen, nbufs, _z, session, body = HDR.unpack_from(buf, lo)
         end = lo + H + body
-        if (end > hi or magic != _MAGIC or kind != _DATA or session != self._session
-                or seq != self._expect or 8 * nbufs + plen + _TRL.size > body):
+        if (end > hi or magic != FRAME_MAGIC or kind != DATA_FRAME or session != self._session
+                or seq != self._expect or 8 * nbufs + plen + TRL.size > body):
             return False
         p = lo + H
         lens = struct.unpack_from(f"<{nbufs}Q", buf, p) if nbufs else ()
         p += 8 * nbufs
-        if (p + plen + sum(lens) + _TRL.size != end
-                or _TRL.unpack_from(buf, end - _TRL.size)[0] != _trailer(session, seq)):
+        if (p + plen + sum(lens) + TRL.size != end
+                or TRL.unpack_from(buf, end - TRL.size)[0] != trailer(session, seq)):
             return False
         data = buf[p:p + plen]
         p += plen
@@ -612,7 +386,7 @@ class TcpReader:
         for n in lens:
             bufs.append(buf[p:p + n])
             p += n
-        rx.done = (seq, data, bufs, body - _TRL.size)
+        rx.done = (seq, data, bufs, body - TRL.size)
         self._lo = end  # with the store above: no handler runs in between
         return True
 
@@ -626,7 +400,7 @@ class TcpReader:
         self._into_buf = True
         self._recv(self._bmv[self._hi:], self._rx)
 
-    def _recv(self, view: memoryview, rx: _Rx) -> None:
+    def _recv(self, view: memoryview, rx: Rx) -> None:
         """One receive into ``view``: counted in ``_hi`` (when ``_into_buf``) or ``rx.off``."""
         k = self._sock.recv_into(view, min(len(view), _RECV_MAX))
         # A handler that raises right here loses k: _recover() finds it again from the
@@ -665,7 +439,7 @@ class TcpReader:
             self._taken = true
         self._dirty = False
 
-    def _fill(self, rx: _Rx, dst: bytearray, start: int) -> None:
+    def _fill(self, rx: Rx, dst: bytearray, start: int) -> None:
         """Complete the part of the frame at offsets ``start..start+len(dst)`` into ``dst``."""
         n = len(dst)
         mv = memoryview(dst)
@@ -688,12 +462,12 @@ class TcpReader:
         self.close()
         raise err
 
-    def _receive(self, rx: _Rx) -> None:
-        H = _HDR.size
+    def _receive(self, rx: Rx) -> None:
+        H = HDR.size
         self._fill(rx, rx.hdr, 0)
         if rx.head is None:
-            magic, kind, seq, plen, nbufs, _z, session, body = _HDR.unpack(rx.hdr)
-            if magic != _MAGIC or session != self._session:
+            magic, kind, seq, plen, nbufs, _z, session, body = HDR.unpack(rx.hdr)
+            if magic != FRAME_MAGIC or session != self._session:
                 self._fail(ChannelSequenceError(
                     f"{self.name}: a frame header does not belong to this stream (magic "
                     f"{magic:#x}): out of step, the channel is closed"))
@@ -701,15 +475,15 @@ class TcpReader:
                 what = "gap" if seq > self._expect else "duplicate"
                 self._fail(ChannelSequenceError(
                     f"{self.name}: message {what}: expected seq {self._expect}, got {seq}"))
-            if kind != _DATA:
+            if kind != DATA_FRAME:
                 self._closed = True
-                how = "poisoned (a peer failed)" if kind == _POISON else "closed"
+                how = "poisoned (a peer failed)" if kind == POISON_FRAME else "closed"
                 raise ChannelClosedError(f"{self.name} was {how}")
-            if nbufs > _MAX_BUFS or body > self.max_frame_bytes + _TRL.size:
+            if nbufs > MAX_BUFS or body > self.max_frame_bytes + TRL.size:
                 self._fail(FrameTooLargeError(
                     f"{self.name}: a frame of {body} bytes ({nbufs} buffers) exceeds the "
                     f"channel's maximum of {self.max_frame_bytes} bytes"))
-            if 8 * nbufs + plen + _TRL.size > body:
+            if 8 * nbufs + plen + TRL.size > body:
                 self._fail(ChannelSequenceError(f"{self.name}: inconsistent frame header"))
             rx.head = (seq, plen, nbufs, body)
         seq, plen, nbufs, body = rx.head
@@ -718,7 +492,7 @@ class TcpReader:
         self._fill(rx, rx.table, H)
         if rx.parts is None:
             lens = struct.unpack(f"<{nbufs}Q", rx.table) if nbufs else ()
-            if 8 * nbufs + plen + sum(lens) + _TRL.size != body:
+            if 8 * nbufs + plen + sum(lens) + TRL.size != body:
                 self._fail(ChannelSequenceError(  # checked before allocating the parts
                     f"{self.name}: buffer table does not match the frame length: out of "
                     "step, the channel is closed"))
@@ -728,10 +502,10 @@ class TcpReader:
             self._fill(rx, part, start)
             start += len(part)
         self._fill(rx, rx.trl, start)
-        if _TRL.unpack(rx.trl)[0] != _trailer(self._session, seq):
+        if TRL.unpack(rx.trl)[0] != trailer(self._session, seq):
             self._fail(ChannelSequenceError(f"{self.name}: frame {seq} does not end where its "
                                             "header says: out of step, the channel is closed"))
-        rx.done = (seq, rx.parts[0], rx.parts[1:], body - _TRL.size)
+        rx.done = (seq, rx.parts[0], rx.parts[1:], body - TRL.size)
 
     def poison(self) -> None:
         """Wake a blocked ``read`` in another thread (it raises ChannelClosedError)."""
@@ -746,4 +520,8 @@ class TcpReader:
             pass
         self._sock.close()
 
-    detach = close
+    def detach(self) -> None:
+        """Let go of this end (as ``ShmRingReader.detach``). The connection is this
+        reader's own, so letting go closes it: the writer's next write to it raises
+        ChannelClosedError, and the writer's other readers are untouched."""
+        self.close()

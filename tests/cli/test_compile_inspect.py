@@ -11,11 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from model_files import model_files
 
 from cgc.plan_schema.errors import EXIT_INVALID_INPUT, EXIT_INVALID_PLAN, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+EXAMPLES = [p.name for p in model_files(ROOT / "examples")]
 
 
 def cgc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -153,3 +154,34 @@ def test_inspect_missing_file(tmp_path):
     assert_clean_error(
         cgc("inspect", str(tmp_path / "none.cgplan")), EXIT_INVALID_PLAN, "cannot read"
     )
+
+
+# Plans over cgc's bounds (issue 20): inspect refuses them as check and viz do. Each is the
+# echo plan with one field past its Limits bound (field -> what the message names).
+OVER_LIMITS = {
+    "capacity": (lambda p: setattr(p.config, "capacity", 2**32 - 1), "ExecConfig.capacity"),
+    "num_returns": (lambda p: setattr(p.graph.nodes[2], "num_returns", 10**6), "num_returns"),
+    "slots": (lambda p: setattr(p.lowered.channels[0], "slots", 2**20), "c1 slots"),
+    "keyword fields": (lambda p: p.graph.keyword_fields.extend(f"k{i:05}" for i in range(5000)),
+                       "keyword_fields"),
+    "bigint digits": (lambda p: p.example_args[0].__setattr__("bigint_value", "7" * 9000),
+                      "bigint_digits"),
+    "num_cpus": (lambda p: setattr(p.graph.actors[0].options, "num_cpus", float("inf")),
+                 "resource_amount"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OVER_LIMITS))
+def test_plans_over_limits_are_refused_by_inspect_check_and_viz(echo_plan, tmp_path, case):
+    from cgc.plan_schema import read_plan, write_plan
+
+    mutate, needle = OVER_LIMITS[case]
+    plan = read_plan(echo_plan)
+    mutate(plan)
+    path = tmp_path / "over.cgplan"
+    write_plan(plan, path)
+    for argv in (["inspect"], ["inspect", "--json"], ["inspect", "--code"], ["check"],
+                 ["viz", "--ascii"]):
+        proc = cgc(argv[0], str(path), *argv[1:])
+        assert_clean_error(proc, EXIT_INVALID_PLAN, needle)
+        assert "above the limit" in proc.stderr and not proc.stdout, (argv, proc.stdout)

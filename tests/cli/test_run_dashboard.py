@@ -36,8 +36,11 @@ class _Graph:
 def _run(monkeypatch, argv: list[str]) -> dict:
     seen: dict = {}
 
+    from cgc.plan_schema import plan_pb2 as pb
+
     class _Plan:
         name = "stub"
+        proto = pb.Plan()  # no programs: nothing captured, no CUDA graph stats asked
 
         def start(self, address, **kwargs):
             seen.update(kwargs)

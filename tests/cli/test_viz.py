@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from model_files import model_files
 
 import cgc
 from cgc.cli.main import main
@@ -20,7 +21,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.planfile import read_plan
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
+EXAMPLES = [p.stem for p in model_files(ROOT / "examples")]
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "svg": b"<svg", "pdf": b"%PDF", "dot": b"digraph"}
 
 

@@ -109,3 +109,41 @@ def test_sign_and_verify(tmp_path):
     assert not signing.verify(pub[:-1] + bytes([pub[-1] ^ 1]), sig, msg)
     assert not signing.verify(pub[:5], sig, msg)
     assert signing.fingerprint(pub).startswith("SHA256:")
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\x85", "\x0c", "\r", "\u2029", "\x0b"])
+def test_a_key_cannot_hide_inside_a_comment_line(tmp_path, brk):
+    """Lines end at \\n only: a comment holding another line break is refused, never read
+    as a comment by cgc and shown as a key line by an editor (or the other way round)."""
+    d = tmp_path / "cfg"
+    d.mkdir(mode=0o700)
+    public = signing.public_key_bytes(signing.load_or_create_key(tmp_path / "other"))
+    path = d / signing.TRUSTED_KEYS_FILE
+    path.write_text(f"# my colleagues{brk}{signing.public_key_line(public, 'x')}\n",
+                    encoding="utf-8")
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError, match=rf"trusted_keys:1: the line holds the character "
+                                           rf"U\+{ord(brk):04X}"):
+        signing.load_keyring(d)
+
+
+def test_adding_a_key_to_a_file_without_a_final_newline(tmp_path):
+    """The key goes on a line of its own (it was appended to the last comment, so it was
+    not trusted while `cgc keys add` said it was)."""
+    d = tmp_path / "cfg"
+    d.mkdir(mode=0o700)
+    path = d / signing.TRUSTED_KEYS_FILE
+    path.write_text("# keys of my lab", encoding="utf-8")  # no final newline
+    path.chmod(0o600)
+    public = signing.public_key_bytes(signing.load_or_create_key(tmp_path / "other"))
+    assert signing.add_trusted_key(signing.public_key_line(public, "bob"), d) == (public, True)
+    assert signing.load_keyring(d).who(public) == "trusted key 'bob'"
+    assert path.read_text().splitlines()[0] == "# keys of my lab"
+    assert signing.add_trusted_key(signing.public_key_line(public), d) == (public, False)
+
+
+def test_keys_add_refuses_a_comment_with_a_line_break(tmp_path):
+    public = signing.public_key_bytes(signing.load_or_create_key(tmp_path / "other"))
+    line = signing.public_key_line(public, "bob\u2028cgc-ed25519 AAAA")
+    with pytest.raises(KeyFileError, match="line break"):
+        signing.add_trusted_key(line, tmp_path / "cfg")

@@ -10,6 +10,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema import signing
 from cgc.plan_schema.planfile import open_plan_bytes, write_plan_bytes
 from cgc.plan_schema.trust import decide, plan_needs
+from cgc.plan_schema.trusted_modules import ModuleTrust
 
 PK = b"\x80\x05K\x01."  # a pickle of 1
 
@@ -71,9 +72,12 @@ def test_everything_that_needs_trust_is_found_and_named():
     del mod
 
 
-def _decide(plan: pb.Plan, key=None, *, trust=False, keyring=None):
+PKG = ModuleTrust(("pkg",), "trusted_modules")  # the user trusts pkg (so pkg.mod)
+
+
+def _decide(plan: pb.Plan, key=None, *, trust=False, keyring=None, modules=PKG):
     return decide(open_plan_bytes(write_plan_bytes(plan, key=key)), trust=trust,
-                  keyring=keyring or signing.Keyring())
+                  keyring=keyring or signing.Keyring(), modules=modules)
 
 
 @pytest.fixture()
@@ -91,8 +95,18 @@ def test_decisions(keys):
     code = _plan()
     code.graph.modules.add(name="m", source="import os\n")
     plain = _plan()
+    private = _plan()
+    private.graph.nodes[1].method = "_secret"
     cases = {
-        "plain unsigned": (_decide(plain, keyring=ring), True, "plain"),
+        "plain unsigned, module trusted": (_decide(plain, keyring=ring), True,
+                                           "trusted-modules"),
+        "plain unsigned, no module trusted": (_decide(plain, keyring=ring,
+                                                      modules=ModuleTrust()), False, "refused"),
+        "plain unsigned, a sibling trusted": (
+            _decide(plain, keyring=ring, modules=ModuleTrust(("pk", "pkg.other"))), False,
+            "refused"),
+        "plain unsigned, private method": (_decide(private, keyring=ring), False, "refused"),
+        "plain, private method, mine": (_decide(private, mine, keyring=ring), True, "signed"),
         "code unsigned": (_decide(code, keyring=ring), False, "refused"),
         "code, mine": (_decide(code, mine, keyring=ring), True, "signed"),
         "code, friend": (_decide(code, friend, keyring=ring), True, "signed"),
@@ -126,9 +140,31 @@ def test_a_signature_that_does_not_verify_refuses_even_plain_plans(keys):
     assert decide(bad_pf, trust=True, keyring=ring).basis == "trust-flag"
 
 
-def test_a_plain_decision_covers_only_plain_content():
+def test_a_refusal_by_module_names_the_classes_and_the_fix():
+    decision = _decide(_plan(), modules=ModuleTrust())
+    assert decision.unvouched == (
+        "actor w0: class pkg.mod.W, from a module you do not trust (pkg.mod)",
+        "actor w1: class pkg.mod.W, from a module you do not trust (pkg.mod)",
+    )
+    assert "not every class is from a module you trust" in decision.rule()
+    from cgc.plan_schema.trust import refusal_text
+
+    text = refusal_text(decision, "t", "t.cgplan")
+    assert "`cgc trust add-module pkg.mod` trusts them" in text
+    allowed = _decide(_plan())
+    assert allowed.rule() == ("runs here: yes, unsigned, but every class is from a module "
+                              "you trust (pkg; trusted_modules)")
+
+
+def test_a_trusted_modules_decision_covers_only_what_the_modules_vouch_for():
     decision = _decide(_plan())
     plan = _plan()
     assert decision.permits(plan)
     plan.example_args.add(pickled=PK)
     assert not decision.permits(plan)
+    other = _plan()
+    other.graph.actors[1].cls.module = "subprocess"
+    assert not decision.permits(other)
+    private = _plan()
+    private.graph.nodes[1].method = "__init__"
+    assert not decision.permits(private)

@@ -152,7 +152,7 @@ def test_inspect_viz_check_and_load_run_no_code_from_nested_pickles(chain_proto,
     assert "# ---- embedded module cgcmodel_chain" in code and "class Adder" in code
     assert "4 pickled values" in code
 
-    with pytest.raises(UntrustedPlanError, match="pickled value at example input 1"):
+    with pytest.raises(UntrustedPlanError, match="pickled value at example input 0"):
         cgc.load(path)
     loaded = cgc.load(path, trust=True)  # loading with trust still unpickles nothing
     assert loaded.trust.basis == "trust-flag" and len(loaded.trust.needs.pickles) == 4

@@ -67,4 +67,5 @@ def nest_pickles(plan: pb.Plan, marker: Path) -> None:
     entry.value.CopyFrom(pickled(marker))
     plan.graph.actors[0].ctor_args.add().tuple_value.items.add().CopyFrom(pickled(marker))
     plan.has_example_inputs = True
+    del plan.example_args[:]  # the graph takes one argument: the pickle replaces any example
     plan.example_args.add().CopyFrom(pickled(marker))

@@ -78,7 +78,8 @@ def test_a_prefetch_deadlocks_when_the_driver_holds_one_execution():
     plan = lower(shapes.chain(), LowerOptions(capacity=2))
     prefetching = _with_programs(plan, "a: [2R:c1] 2C 2W:c2 2R:c1+1 4R:c3 4C 4W:c4")
     report = verify_plan(prefetching)
-    assert report.executions == plan.config.capacity + 2 and not report.all_executions
+    # one prefetch place (K = 1): capacity min(2, K + 2) = 2, stepped for 2 + K executions
+    assert (report.executions, report.stepped_capacity) == (3, 2) and report.all_executions
     prefetching.config.capacity = 1
     with pytest.raises(DeadlockError, match="READ on c1: not written yet"):
         verify_plan(prefetching)

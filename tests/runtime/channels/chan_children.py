@@ -260,3 +260,52 @@ def comm_rank_then_sleep(q, prefix, rank, world):
     CpuCommunicator(prefix, rank, world, attach_timeout=30)
     q.put(("ready",))
     time.sleep(600)
+
+
+def flood(q, port, source, seconds, keep):
+    """Open connections to ``port`` from ``source`` as fast as possible for ``seconds``:
+    silent ones, garbage, a plausible proof trickled a byte at a time; at most ``keep``
+    open (the oldest closed first). Reports ("go",) after the first ``keep``, then the count."""
+    import collections
+    import random
+    import socket
+    import struct
+
+    rnd = random.Random(port)
+    plausible = struct.pack("<II", 0x53484743, 0) + bytes(63)  # never completes a proof
+    open_ = collections.deque()
+    made, said = 0, False
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2,
+                                         source_address=(source, 0))
+        except OSError:
+            time.sleep(0.001)  # the backlog is full or the listener is gone
+            continue
+        made += 1
+        s.setblocking(False)
+        kind = made % 4
+        try:
+            if kind == 1:
+                s.send(rnd.randbytes(rnd.randrange(1, 200)))
+            elif kind == 2:
+                s.send(plausible[:1])
+        except OSError:
+            pass
+        open_.append((s, kind, 1))
+        for i, (t, k, off) in enumerate(open_ if made % 16 == 0 else ()):
+            if k == 2 and off < len(plausible):
+                try:
+                    t.send(plausible[off:off + 1])
+                except OSError:
+                    pass
+                open_[i] = (t, k, off + 1)
+        while len(open_) > keep:
+            open_.popleft()[0].close()
+        if not said and made >= keep:
+            q.put(("go",))
+            said = True
+    for t, _k, _o in open_:
+        t.close()
+    q.put(("done", made))

@@ -19,10 +19,11 @@ from cgc.runtime.channels import (
     TcpReader,
     TcpWriter,
 )
-from cgc.runtime.channels import tcp as tcp_mod
+from cgc.runtime.channels import tcp_accept as accept_mod
+from cgc.runtime.channels import tcp_frame as frame_mod
 
 KEY = kids.KEY
-_SETUP = (tcp_mod._HELLO.size, tcp_mod._WPROOF.size)  # writer -> reader messages before frames
+_SETUP = (accept_mod._HELLO.size, accept_mod._WPROOF.size)  # writer -> reader messages before frames
 
 
 def _recv_exact(s, n):
@@ -104,8 +105,8 @@ class Proxy:
 
     def _frames(self, up):
         while True:
-            hdr = _recv_exact(up, tcp_mod._HDR.size)
-            body = struct.unpack_from("<Q", hdr, tcp_mod._HDR.size - 8)[0]
+            hdr = _recv_exact(up, frame_mod.HDR.size)
+            body = struct.unpack_from("<Q", hdr, frame_mod.HDR.size - 8)[0]
             yield hdr + _recv_exact(up, body)
 
     def _swap(self, up, cli):

@@ -16,7 +16,8 @@ from cgc.runtime.channels import (
     TcpReader,
     TcpWriter,
 )
-from cgc.runtime.channels import tcp as tcp_mod
+from cgc.runtime.channels import tcp_accept as accept_mod
+from cgc.runtime.channels import tcp_frame as frame_mod
 
 KEY = kids.KEY
 
@@ -39,9 +40,9 @@ def test_foreign_connection_first_is_refused_and_the_real_reader_gets_every_valu
     marker = tmp_path / "ran"
     w = TcpWriter.listen("127.0.0.1", 0, secret=KEY, channel="g-c1")
     stranger = socket.create_connection(("127.0.0.1", w.port))
-    stranger.recv(tcp_mod._HELLO.size)  # the writer's challenge
+    stranger.recv(accept_mod._HELLO.size)  # the writer's challenge
     junk = _evil(marker)
-    stranger.sendall(junk.ljust(tcp_mod._RPROOF.size, b"\0")[:tcp_mod._RPROOF.size])
+    stranger.sendall(junk.ljust(accept_mod._RPROOF.size, b"\0")[:accept_mod._RPROOF.size])
     with pytest.raises(ChannelAuthError):  # a second one, with the wrong key, as reader 0
         TcpReader.connect("127.0.0.1", w.port, reader_index=0, secret=b"w" * 32,
                           channel="g-c1", timeout=10)
@@ -87,9 +88,9 @@ def test_fake_writer_cannot_make_the_reader_unpickle(tmp_path):
     marker = tmp_path / "ran"
 
     def script(conn):
-        conn.sendall(tcp_mod._HELLO.pack(tcp_mod._HS_MAGIC, tcp_mod._VERSION, b"n" * 32))
-        conn.recv(tcp_mod._RPROOF.size)
-        conn.sendall(b"\0" * tcp_mod._WPROOF.size)  # it cannot compute the writer's proof
+        conn.sendall(accept_mod._HELLO.pack(accept_mod._HS_MAGIC, accept_mod._VERSION, b"n" * 32))
+        conn.recv(accept_mod._RPROOF.size)
+        conn.sendall(b"\0" * accept_mod._WPROOF.size)  # it cannot compute the writer's proof
         conn.sendall(_evil(marker) * 4)
 
     port, t = _fake_writer(script)
@@ -140,7 +141,7 @@ def test_oversized_frame_length_is_refused_before_allocating(plen, nbufs):
     w.write("ok")
     assert r.read(timeout=10) == "ok"
     # A peer holding the key but sending an absurd length (the frame bytes never follow).
-    hdr = tcp_mod._HDR.pack(tcp_mod._MAGIC, 1, w.position, plen, nbufs, 0, w._sessions[0],
+    hdr = frame_mod.HDR.pack(frame_mod.FRAME_MAGIC, 1, w.position, plen, nbufs, 0, w._sessions[0],
                             plen + 8 * nbufs + 8)
     w._socks[0].sendall(hdr)
     with pytest.raises(FrameTooLargeError):
