@@ -90,6 +90,29 @@ class Limits:
         buffered_results: ``ExecConfig.max_buffered_results``.
         spin_us: ``ExecConfig.spin_us`` (a busy-wait of one second is already absurd).
         executions: executions the verifier may be asked to step.
+        verify_steps: op steps the simulator may take (executions x ops): a plan whose
+            deadlock check needs more is refused, unless 4 executions' worth covers it
+            (every plan without prefetch ops, or with them at one place per loop, is
+            always checked; ``cgc.verify.simulate`` says why few executions suffice).
+        keyword_fields, positional: ``Graph.keyword_fields`` and ``Graph.num_positional``
+            (the arguments of one execution).
+        collectives, modules, edges: lengths of ``Graph.collectives``, ``Graph.modules``
+            and ``Lowered.edges``.
+        outputs: the OUTPUT node's arguments (and ``Lowered.output_channels``).
+        arguments: arguments of one call or constructor (``args`` plus ``kwargs``).
+        resources: custom resources of one actor (``ActorOptions.resources``).
+        resource_amount: ``num_cpus``, ``num_gpus`` and each custom resource of one actor.
+        memory_bytes: ``ActorOptions.memory`` of one actor.
+        max_concurrency: ``ActorOptions.max_concurrency``.
+        costs: entries of ``ScheduleInfo.costs`` (informational).
+        value_items: items (list and tuple items, dict entries, all levels) of one
+            constant, constructor argument or example input.
+        value_depth: how deep lists, tuples and dicts nest in one value (protobuf itself
+            refuses to read plans nested much deeper, about 48 levels).
+        bigint_digits: decimal digits of one ``Value.bigint_value`` (Python's own limit for
+            turning a string into an int, ``sys.get_int_max_str_digits()``, is 4300).
+        tensor_dims: dimensions of one tensor value or ``TensorSpec``.
+        tensor_bytes: bytes one declared ``TensorSpec`` (a static edge's tensor) stands for.
     """
 
     capacity: int = 1024
@@ -106,6 +129,24 @@ class Limits:
     buffered_results: int = 1_000_000
     spin_us: int = 1_000_000
     executions: int = 4096
+    verify_steps: int = 2_000_000
+    keyword_fields: int = 4096
+    positional: int = 4096
+    collectives: int = 500_000
+    modules: int = 1024
+    edges: int = 4_000_000
+    outputs: int = 1_000_000
+    arguments: int = 65_536
+    resources: int = 256
+    resource_amount: float = 65_536.0
+    memory_bytes: int = 1 << 50
+    max_concurrency: int = 100_000
+    costs: int = 1_000_000
+    value_items: int = 1_000_000
+    value_depth: int = 32
+    bigint_digits: int = 4300
+    tensor_dims: int = 32
+    tensor_bytes: int = 1 << 40
 
 
 # The limits every plan is checked against unless the caller passes others.
@@ -161,6 +202,11 @@ class RunConfig:
         dashboard: when cgc starts the local Ray itself, start Ray's dashboard too (off
             by default: it costs start-up time and a plan run does not need it); ignored
             when joining a cluster or reusing a Ray this process already started.
+        cuda_graphs: replay the plan's captured calls (``Program.captured_ops``) as CUDA
+            graphs where the actors have CUDA (False: every call eager).
+        ray_events: every actor keeps Ray Compiled Graph's per-task profiling records in
+            its ``__ray_cgraph_events`` attribute (``cgc.runtime.ray_events``; the drop-in
+            turns it on under ``RAY_CGRAPH_ENABLE_PROFILING``).
     """
 
     # Defaults come from the one table above (a RunConfig built by hand agrees with a plan).
@@ -182,6 +228,8 @@ class RunConfig:
     wake_ahead: int = -1
     max_frame_bytes: int = MAX_FRAME_BYTES
     dashboard: bool = False
+    cuda_graphs: bool = True
+    ray_events: bool = False
 
     @classmethod
     def from_plan(cls, config: pb.ExecConfig, **overrides: Any) -> RunConfig:
@@ -257,4 +305,6 @@ class RunConfig:
             wake_ahead=int(over.get("wake_ahead", -1)),
             max_frame_bytes=frame,
             dashboard=bool(over.get("dashboard", False)),
+            cuda_graphs=bool(over.get("cuda_graphs", True)),
+            ray_events=bool(over.get("ray_events", False)),
         )

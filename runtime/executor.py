@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.collective import ReduceOp
 from cgc.plan_schema.defaults import MAX_FRAME_BYTES
 from cgc.plan_schema.values import decode_value
-from cgc.runtime.channels.comm import reduce_values
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
+from cgc.runtime.devices import move_to
 from cgc.runtime.endpoints import communicator_prefix, open_host_reader, open_host_writer
 from cgc.runtime.errors import DirectReturnError, SetupError, mro_names
-from cgc.runtime.optext import op_text
-from cgc.runtime.wire import PING, Ping, input_attr
+from cgc.runtime.op_text import op_text
+from cgc.runtime.ping_and_args import PING, Ping, input_attr
 
 __all__ = ["ActorLoop", "LoopOptions", "LOOPS", "LOOPS_LOCK", "LOOPS_CHANGED", "EXITS",
            "TRACES"]
@@ -93,7 +94,6 @@ MAX_EXITS = 256
 # graph id -> (prologue, loop) recorders of a traced loop; kept after the loop exits so the
 # driver collects complete traces at teardown (cgc.runtime.actor_calls.collect_trace).
 TRACES: dict[str, tuple[Any, Any]] = {}
-_REDUCE = {pb.SUM: "sum", pb.PRODUCT: "product", pb.MAX: "max", pb.MIN: "min", pb.AVG: "avg"}
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,13 @@ class LoopOptions:
         trace: record a time slice per op (``cgc.runtime.trace``).
         torch_profile: directory for a torch profiler trace of the loop ("" = off).
         nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
+        ray_events: keep Ray's per-task profiling records on the actor
+            (``cgc.runtime.ray_events``).
         wake_ahead: how many depths ahead of itself an actor rings when it starts work
             (0 = wake-ahead off); the depths are the plan's (``Program.wake_depth``).
         max_frame_bytes: the largest value this actor's TCP channels carry.
+        cuda_graphs: replay the plan's captured ops (``Program.captured_ops``) as CUDA
+            graphs where the actor has CUDA (False: run them eagerly).
     """
 
     prefix: str
@@ -126,8 +130,10 @@ class LoopOptions:
     trace: bool = False
     torch_profile: str = ""
     nvtx: bool = False
+    ray_events: bool = False
     wake_ahead: int = 0
     max_frame_bytes: int = MAX_FRAME_BYTES
+    cuda_graphs: bool = True
 
 
 class ActorLoop:
@@ -160,6 +166,7 @@ class ActorLoop:
         self.tabs: list[dict] = [{}, {}]
         self.bells: Any = None  # cgc.runtime.channels.bell.Bells when wake-ahead is on
         self._methods: dict[int, Any] = {}
+        self._direct: dict[int, set[int]] | None = None
         for op in list(self.program.prologue) + list(self.program.ops):
             if op.kind == pb.COMPUTE and op.task not in self._methods:
                 node = plan.graph.nodes[op.task]
@@ -170,6 +177,30 @@ class ActorLoop:
                         f"{node.method!r} (task {node.name})"
                     )
                 self._methods[op.task] = fn
+        self.captured = self._wrap_captured(actor) if opts.cuda_graphs else {}
+
+    def _wrap_captured(self, actor: str) -> dict[str, Any]:
+        """Replace the methods of the plan's captured ops by their CUDA-graph replayers
+        (``cgc.runtime.gpu.graphs``); without CUDA here they stay eager."""
+        if not self.program.captured_ops or "torch" not in sys.modules:
+            return {}
+        import torch
+
+        if not torch.cuda.is_available():
+            return {}
+        from cgc.runtime.gpu.graphs import CapturedCall
+
+        out: dict[str, Any] = {}
+        for i in self.program.captured_ops:
+            task = self.program.ops[i].task
+            name = self.plan.graph.nodes[task].name
+            call = CapturedCall(self._methods[task], name)
+            self._methods[task] = out[name] = call
+        return out
+
+    def graph_stats(self) -> dict[str, Any]:
+        """Per captured call: captures, replays, eager runs and why (empty: none)."""
+        return {name: c.stats.as_dict() for name, c in self.captured.items()}
 
     # ------------------------------------------------------------------ set-up
     def my_channels(self) -> tuple[list[pb.Channel], list[pb.Channel]]:
@@ -349,11 +380,17 @@ class ActorLoop:
             write, key = self.writers[op.channel].write, (op.task, op.output_index)
             method = graph.nodes[op.task].method or graph.nodes[op.task].name
             ready = self._waiter([key])
+            # Readers that get host tensors (device="cpu") are sent host copies: one copy
+            # here, and no reader (the driver, say) touches a GPU just to move the value
+            # off it - on a GPU shared without MPS that costs every process a context switch.
+            to_host = low.channels[op.channel - 1].device == pb.CPU
 
             def do_write() -> None:
                 if ready is not None:  # serializing reads a received tensor on compute
                     ready(tabs[off])
                 value = tabs[off][key]
+                if to_host:
+                    value = move_to(value, "cpu")
                 try:
                     write(value)
                 except (ChannelClosedError, ChannelTimeoutError):
@@ -405,7 +442,8 @@ class ActorLoop:
         makes the compute stream wait at once. Host communicators move nothing on a device.
         """
         streams = self.streams
-        if streams is None or streams.eager_wait or not hasattr(comm, "last_event"):
+        if (streams is None or streams.eager_wait
+                or self.transports[op.communicator] == "cpu"):
             return _no_settle
         evkey = ("ev", *key)
         if key in self._deferred:
@@ -467,20 +505,32 @@ class ActorLoop:
         return ErrorValue.from_exception(exc, actor=self.actor, method=method,
                                          exec_index=self.exec + off, mro=mro_names(exc))
 
+    def _direct_outputs(self) -> dict[int, set[int]]:
+        """task -> its outputs on a direct_return edge (one pass over the channels, made
+        once: per task it would cost tasks x channels)."""
+        if self._direct is None:
+            self._direct = {}
+            for ch in self.plan.lowered.channels:
+                if ch.direct_return:
+                    self._direct.setdefault(ch.source.node, set()).add(ch.source.output_index)
+        return self._direct
+
     def _compile_compute(self, node: pb.Node, off: int) -> Any:
         tabs, fn, method, task = self.tabs, self._methods[node.id], node.method, node.id
+        where = f"node %{node.id} ({node.name})"
         specs = [(True, (a.ref.node, a.ref.output_index)) if a.WhichOneof("kind") == "ref"
-                 else (False, decode_value(a.constant)) for a in node.args]
+                 else (False, decode_value(a.constant, f"{where} args[{i}]"))
+                 for i, a in enumerate(node.args)]
         kspecs = [(kw.name, kw.arg.WhichOneof("kind") == "ref",
                    (kw.arg.ref.node, kw.arg.ref.output_index)
-                   if kw.arg.WhichOneof("kind") == "ref" else decode_value(kw.arg.constant))
+                   if kw.arg.WhichOneof("kind") == "ref"
+                   else decode_value(kw.arg.constant, f"{where} kwargs[{kw.name!r}]"))
                   for kw in node.kwargs]
         nret = node.num_returns or 1
         outs = [(task, i) for i in range(nret)]
         ev_type = ErrorValue
         # Outputs on an edge the plan declares direct_return: each must be one tensor.
-        direct = sorted({ch.source.output_index for ch in self.plan.lowered.channels
-                         if ch.direct_return and ch.source.node == task})
+        direct = sorted(self._direct_outputs().get(task, ()))
         ready = self._waiter([v for r, v in specs if r] + [v for _, r, v in kspecs if r])
 
         def do_compute() -> None:
@@ -533,42 +583,27 @@ class ActorLoop:
         graph, low, tabs = self.plan.graph, self.plan.lowered, self.tabs
         coll = graph.collectives[node.collective]
         cdesc = low.communicators[communicator]  # the plan's choice (verified at start)
-        members = list(cdesc.members)
         comm = self.comms[cdesc.id]
         a = node.args[0]
         in_key, out_key = (a.ref.node, a.ref.output_index), (node.id, 0)
-        red = _REDUCE.get(coll.reduce_op, "sum")
-        kind, rank, world = coll.kind, members.index(self.actor), len(members)
-        ev_type = ErrorValue
+        red, kind = ReduceOp(coll.reduce_op), coll.kind
+        coll_name = node.name.removeprefix(f"{self.actor}.")  # errors say "<actor>.<this>"
+        # Every communicator runs the collective itself, with the one rule of
+        # cgc.runtime.channels.collective; an upstream error on any member comes back as
+        # every member's result (errors are agreed on before any device op).
+        native = {pb.ALLREDUCE: lambda x: comm.allreduce(x, red),
+                  pb.ALLGATHER: comm.allgather,
+                  pb.REDUCESCATTER: lambda x: comm.reducescatter(x, red)}[kind]
         if self.transports[cdesc.id] != "cpu":
-            # A device communicator runs the collective natively (errors and host values
-            # are agreed on first by every member; see cgc.runtime.gpu.protocol).
-            native = {pb.ALLREDUCE: lambda x: comm.allreduce(x, red),
-                      pb.ALLGATHER: comm.allgather,
-                      pb.REDUCESCATTER: lambda x: comm.reducescatter(x, red)}[kind]
             settle = self._settler(comm, out_key, self._op_of_task(node.id))
 
             def run(x: Any) -> Any:
-                before = getattr(comm, "last_event", None)
+                before = comm.last_event
                 out = native(x)
                 settle(tabs[off], before)
                 return out
         else:
-            def run(x: Any) -> Any:
-                # Why allgather + local reduce: every member sees every contribution, so an
-                # upstream error on any member reaches all of them (the CPU communicator
-                # reduces locally in rank order too, so results stay bit-identical).
-                parts = comm.allgather(x)
-                for p in parts:
-                    if type(p) is ev_type:
-                        return p
-                if kind == pb.ALLGATHER:
-                    return parts
-                full = reduce_values(parts, red)
-                if kind == pb.ALLREDUCE:
-                    return full
-                n = full.shape[0] // world
-                return full[rank * n:(rank + 1) * n]
+            run = native
 
         def do_coll() -> None:
             tab = tabs[off]
@@ -577,7 +612,7 @@ class ActorLoop:
             except ChannelClosedError:
                 raise
             except Exception as exc:  # noqa: BLE001 - e.g. shapes that differ by member
-                tab[out_key] = self._error(exc, node.name, off)
+                tab[out_key] = self._error(exc, coll_name, off)
         return do_coll
 
     # ------------------------------------------------------------------ loop
@@ -599,6 +634,10 @@ class ActorLoop:
             prologue = [traced(op, i, exec_of(0), pro_rec)  # the prologue runs as execution 0
                         for i, op in enumerate(prologue)]
             ops = [traced(op, i, exec_of(offs[i]), ops_rec) for i, op in enumerate(ops)]
+        if self.opts.ray_events:
+            from cgc.runtime.ray_events import record_ray_events
+
+            ops = record_ray_events(ops, self.program, self.plan, self.obj)
         if self.opts.nvtx:
             from cgc.runtime.profiling import nvtx_wrap, require_nvtx
 
@@ -666,7 +705,7 @@ class ActorLoop:
                 pass
         for comm in list(self.comms.values()):
             try:  # abort ends a device wait at once (NCCL has no timeouts of its own)
-                getattr(comm, "abort", comm.destroy)()
+                comm.abort()
             except Exception:  # noqa: BLE001
                 pass
 
@@ -679,7 +718,7 @@ class ActorLoop:
                 pass
         for r in self.readers.values():
             try:
-                getattr(r, "detach", r.close)()  # TCP readers only close
+                r.detach()
             except Exception:  # noqa: BLE001
                 pass
         for comm in self.comms.values():
@@ -688,6 +727,8 @@ class ActorLoop:
             except Exception:  # noqa: BLE001
                 pass
         self.writers, self.readers, self.comms = {}, {}, {}
+        for call in self.captured.values():  # graphs and their memory pools
+            call.reset()
         if self.bells is not None:
             self.bells.close()
             self.bells = None

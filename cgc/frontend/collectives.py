@@ -4,17 +4,17 @@ Named like Ray's ``ray.experimental.collective``: ``allreduce.bind([a, b], op=Re
 takes one node per actor (rank order = list order) and returns one ``CollectiveNode`` per
 member, each a node on that member's actor. ``allreduce`` also takes a list of such lists
 (one bucket per list, same actors in the same order); then, as in Ray, it returns one list
-per member holding one ref per bucket.
+per member holding one result per bucket (each bucket is a collective of its own).
 """
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from cgc.errors import CompileError
 from cgc.frontend.locations import RawLoc, capture_loc
 from cgc.frontend.nodes import CallNode, DAGNode, OutputRef
+from cgc.plan_schema.collective import ReduceOp  # the plan's own enum: no table to map it
 
 __all__ = [
     "ReduceOp",
@@ -24,16 +24,6 @@ __all__ = [
     "CollectiveGroup",
     "CollectiveNode",
 ]
-
-
-class ReduceOp(enum.Enum):
-    """How a reducing collective combines values (same members as Ray's ``ReduceOp``)."""
-
-    SUM = 0
-    PRODUCT = 1
-    MAX = 2
-    MIN = 3
-    AVG = 4
 
 
 class CollectiveGroup:
@@ -155,15 +145,15 @@ def bind_collective(
                 "list the same actors in the same order in every bucket",
             )
     assert actors is not None
-    group = CollectiveGroup(kind, op, transport, loc, buckets)
-    out: list[Any] = []
-    for rank, a in enumerate(actors):
-        member = CollectiveNode(group, rank, a, [bucket[rank] for bucket in buckets])
-        group.members.append(member)
-        out.append(member)
-    if nested:  # like Ray: out[rank][bucket], one ref per bucket on each member
-        return [[m[i] for i in range(len(buckets))] for m in group.members]
-    return out
+    # One collective per bucket. Ray flattens the buckets into one allreduce; every element
+    # is still reduced over the same members, so the values are the same.
+    groups = [CollectiveGroup(kind, op, transport, loc, [bucket]) for bucket in buckets]
+    for group, bucket in zip(groups, buckets, strict=True):
+        for rank, a in enumerate(actors):
+            group.members.append(CollectiveNode(group, rank, a, [bucket[rank]]))
+    if nested:  # like Ray: out[rank][bucket], one result per bucket on each member
+        return [[g.members[rank] for g in groups] for rank in range(len(actors))]
+    return list(groups[0].members)
 
 
 class _Collective:

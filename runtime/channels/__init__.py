@@ -43,7 +43,8 @@ Signatures:
   up to 1 ms) when that doorbell rings (``bell``; needs ``futex_waitv``).
 - One thread per endpoint. Names: unique and unguessable per channel (``endpoints`` builds
   them from a random graph prefix); data blocks are ``<name>.d<k>``. Segments live in
-  ``segment_dir()`` (``/dev/shm/cgc-<uid>``, mode 0700, owner-checked; see ``shm``).
+  ``segment_dir()`` (``/dev/shm/cgc-<uid>``, or ``cgc-<uid>.N`` when another user took
+  that name first; mode 0700, owner-checked; see ``shm``).
   ``sweep_dead_segments()`` removes segments whose creator process is gone.
 - The ring runs on x86_64 only (``ring_supported()``; why: ``ring`` docstring); elsewhere
   it raises ``UnsupportedPlatformError``: use TCP channels there.
@@ -85,7 +86,8 @@ Example:
 
 from __future__ import annotations
 
-from .comm import Communicator, ReduceOp
+from .collective import ReduceOp
+from .comm import Communicator
 from .cpu_comm import CpuCommunicator
 from .errors import (
     ChannelAuthError,

@@ -1,4 +1,4 @@
-"""The communicator interface (NCCL-shaped) and the reduction ops.
+"""The communicator interface (NCCL-shaped).
 
 A ``Communicator`` is one rank's handle on a group. Semantics follow NCCL: ``send``
 completes only when the peer's matching ``recv`` takes the value (rendezvous); every
@@ -6,78 +6,34 @@ collective returns on a rank only after all ranks have contributed. Calls on one
 happen in the plan's ``Op.seq`` order, identical on all members. A GPU implementation
 (cupy/torch NCCL) subclasses this and may use ``shape``/``dtype`` hints on ``recv``.
 
-Example:
-    >>> from cgc.runtime.channels.comm import ReduceOp, reduce_values
-    >>> import numpy as np
-    >>> reduce_values([np.array([1, 5]), np.array([3, 2])], ReduceOp.MAX).tolist()
-    [3, 5]
+What each collective computes from the members' contributions is defined once, in
+``cgc.runtime.channels.collective`` (``combine``); every implementation follows it.
+
+Example::
+
+    comm.send(value, peer=1)          # rank 0
+    got = comm.recv(peer=0)           # rank 1
+    total = comm.allreduce(x, ReduceOp.SUM)
 """
 
 from __future__ import annotations
 
 import abc
-import enum
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
+from cgc.runtime.channels.collective import ReduceOp, combine
+from cgc.runtime.channels.errors import ErrorValue
 
-__all__ = ["Communicator", "ReduceOp", "reduce_values"]
-
-
-class ReduceOp(enum.Enum):
-    """Reductions of allreduce / reducescatter (the set Ray and NCCL share)."""
-
-    SUM = "sum"
-    PRODUCT = "product"
-    MAX = "max"
-    MIN = "min"
-    AVG = "avg"
+__all__ = ["Communicator", "ExchangingCommunicator", "first_error"]
 
 
-def reduce_values(values: list[Any], op: ReduceOp | str) -> Any:
-    """Reduce same-shaped numpy arrays or torch tensors elementwise, in list order.
-
-    Returns the input type and dtype (AVG of integers floors, as a sum // n).
-
-    Raises:
-        ValueError: shapes or dtypes differ, or an unknown op.
-    """
-    op = ReduceOp(op.lower() if isinstance(op, str) else op)
-    first = values[0]
-    for v in values[1:]:
-        if tuple(v.shape) != tuple(first.shape) or v.dtype != first.dtype:
-            raise ValueError(f"collective inputs differ: {tuple(first.shape)}/{first.dtype} "
-                             f"vs {tuple(v.shape)}/{v.dtype}")
-    if isinstance(first, np.ndarray):
-        fn = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multiply,
-              ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}[op]
-        acc = np.array(first, copy=True)
-        for v in values[1:]:
-            fn(acc, v, out=acc)
-        if op is ReduceOp.AVG:
-            if acc.dtype.kind in "fc":
-                acc /= len(values)
-            else:
-                acc //= len(values)
-        return acc
-    import torch
-
-    acc = first.clone()
-    for v in values[1:]:
-        if op in (ReduceOp.SUM, ReduceOp.AVG):
-            acc.add_(v)
-        elif op is ReduceOp.PRODUCT:
-            acc.mul_(v)
-        elif op is ReduceOp.MAX:
-            torch.maximum(acc, v, out=acc)
-        else:
-            torch.minimum(acc, v, out=acc)
-    if op is ReduceOp.AVG:
-        if acc.is_floating_point() or acc.is_complex():
-            acc.div_(len(values))
-        else:
-            acc = torch.div(acc, len(values), rounding_mode="floor").to(first.dtype)
-    return acc
+def first_error(parts: list[Any]) -> ErrorValue | None:
+    """The first ``ErrorValue`` among a collective's contributions (rank order), or None."""
+    for p in parts:
+        if type(p) is ErrorValue:
+            return p
+    return None
 
 
 class Communicator(abc.ABC):
@@ -85,6 +41,10 @@ class Communicator(abc.ABC):
 
     rank: int
     world_size: int
+    #: The comm-stream event of the latest op that moved device data, for an executor that
+    #: defers the compute stream's wait to the value's first use; None for a communicator
+    #: that moves host values only (the CPU one), whose results are ready when returned.
+    last_event: Any = None
 
     @abc.abstractmethod
     def send(self, value: Any, peer: int, timeout: float | None = None) -> None:
@@ -109,14 +69,86 @@ class Communicator(abc.ABC):
         """Elementwise reduction over all ranks; every rank gets the same result."""
 
     @abc.abstractmethod
-    def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
-        """Every rank's value, in rank order (a GPU backend returns views of one buffer)."""
+    def allgather(self, value: Any, timeout: float | None = None) -> Any:
+        """Every rank's value as a list, in rank order (a GPU backend returns views of one
+        buffer); the first ``ErrorValue`` instead when a contribution is one."""
 
     @abc.abstractmethod
     def reducescatter(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
                       timeout: float | None = None) -> Any:
-        """Reduce over ranks, then rank r keeps chunk r of dim 0 (dim 0 % world_size == 0)."""
+        """Reduce over ranks, then rank r keeps chunk r of dim 0.
+
+        Raises:
+            CollectiveShapeError: dim 0 does not divide by the world size.
+        """
 
     @abc.abstractmethod
-    def destroy(self) -> None:
-        """Release the group; peers blocked on this rank raise ChannelClosedError."""
+    def warm_up(self, peers: Sequence[int], timeout: float | None = 60.0,
+                collective: bool = False) -> None:
+        """Make the connections to every rank in ``peers`` now (and the collective's when
+        ``collective``), so the first execution pays no set-up. Every member calls it with
+        symmetric peers; a communicator with nothing to warm does nothing.
+
+        Raises:
+            ChannelTimeoutError: not done within ``timeout``.
+        """
+
+    @abc.abstractmethod
+    def abort(self) -> None:
+        """End every wait of this rank now, from any thread (blocked calls raise
+        ChannelClosedError). Idempotent; the owner's ``destroy()`` releases what is left."""
+
+    @abc.abstractmethod
+    def destroy(self, linger: float = 2.0) -> None:
+        """Release the group; peers blocked on this rank raise ChannelClosedError.
+
+        Waits up to ``linger`` s for peers to take what this rank sent last, so a rank
+        that finishes first never breaks a slower one. Idempotent.
+        """
+
+
+class ExchangingCommunicator(Communicator):
+    """A communicator whose collectives give every member every contribution and combine
+    them there with the one rule (``cgc.runtime.channels.collective.combine``): the CPU
+    communicator, CUDA IPC between actors on one GPU, host staging.
+
+    Errors are values: when any member contributed an ``ErrorValue``, the first in rank
+    order is every member's result. Subclasses only move the values (``_exchanged``).
+    """
+
+    @abc.abstractmethod
+    def _exchanged(self, tag: str, value: Any, timeout: float | None,
+                   finish: Callable[[list[Any]], Any]) -> Any:
+        """Every member's value for collective ``tag`` (rank order) through ``finish``, or
+        the first ``ErrorValue`` among them."""
+
+    def _combined(self, kind: str, value: Any, op: ReduceOp | str | None,
+                  timeout: float | None) -> Any:
+        red = None if op is None else ReduceOp.of(op)
+        tag = kind if red is None else f"{kind}.{red.word}"
+        rank, world = self.rank, self.world_size
+        return self._exchanged(tag, value, timeout,
+                               lambda parts: combine(kind, parts, red, rank, world))
+
+    def allreduce(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
+                  timeout: float | None = None) -> Any:
+        """Elementwise ``op`` over all ranks, in rank order; the same on every rank.
+
+        Raises:
+            ValueError: shapes/dtypes differ between ranks.
+        """
+        return self._combined("allreduce", value, op, timeout)
+
+    def allgather(self, value: Any, timeout: float | None = None) -> Any:
+        """Every rank's value, in rank order."""
+        return self._combined("allgather", value, None, timeout)
+
+    def reducescatter(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
+                      timeout: float | None = None) -> Any:
+        """Reduce over ranks, keep chunk ``rank`` of dim 0.
+
+        Raises:
+            CollectiveShapeError: dim 0 not divisible by the world size.
+            ValueError: shapes differ.
+        """
+        return self._combined("reducescatter", value, op, timeout)

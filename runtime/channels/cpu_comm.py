@@ -28,20 +28,19 @@ Example (two ranks in two threads):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .comm import Communicator, ReduceOp, reduce_values
+from .comm import ExchangingCommunicator, first_error
 from .errors import ChannelError, ErrorValue
 from .ring import ShmRingReader, ShmRingWriter
 
 __all__ = ["CpuCommunicator"]
 
 
-def _op(op: ReduceOp | str) -> ReduceOp:
-    return ReduceOp(op.lower()) if isinstance(op, str) else ReduceOp(op)
 
 
-class CpuCommunicator(Communicator):
+class CpuCommunicator(ExchangingCommunicator):
     """Rank ``rank`` of a ``world_size`` group whose segment names start with ``prefix``."""
 
     def __init__(self, prefix: str, rank: int, world_size: int, slot_bytes: int = 1 << 16,
@@ -137,36 +136,21 @@ class CpuCommunicator(Communicator):
             out.append(v)
         return out
 
-    def allreduce(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
-                  timeout: float | None = None) -> Any:
-        """Elementwise ``op`` over all ranks (numpy or torch); same result on every rank.
+    def _exchanged(self, tag: str, value: Any, timeout: float | None,
+                   finish: Callable[[list[Any]], Any]) -> Any:
+        parts = self._exchange(tag, value, timeout)
+        err = first_error(parts)
+        return err if err is not None else finish(parts)
 
-        Raises:
-            ValueError: shapes/dtypes differ between ranks. ChannelError: call orders differ,
-            or a contribution could not be decoded. PeerDiedError: a rank died meanwhile.
-        """
-        op = _op(op)
-        return reduce_values(self._exchange(f"allreduce.{op.value}", value, timeout), op)
+    def warm_up(self, peers: Sequence[int], timeout: float | None = 60.0,
+                collective: bool = False) -> None:
+        """Nothing to do: rings are mapped at the first op with a peer, and the executor's
+        warm-up runs the execution-0 sends and receives of CPU communicators itself."""
 
-    def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
-        """Every rank's value, in rank order."""
-        return self._exchange("allgather", value, timeout)
-
-    def reducescatter(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
-                      timeout: float | None = None) -> Any:
-        """Reduce over ranks, return chunk ``rank`` of dim 0.
-
-        Raises:
-            ValueError: dim 0 not divisible by the world size, or shapes differ.
-        """
-        if value.shape[0] % self.world_size:
-            raise ValueError(f"reducescatter: dim 0 ({value.shape[0]}) is not divisible by "
-                             f"world size {self.world_size}")
-        op = _op(op)
-        full = reduce_values(self._exchange(f"reducescatter.{op.value}", value, timeout), op)
-        n = value.shape[0] // self.world_size
-        return full[self.rank * n:(self.rank + 1) * n].copy() if hasattr(full, "copy") \
-            else full[self.rank * n:(self.rank + 1) * n].clone()
+    def abort(self) -> None:
+        """End waits on this rank's rings: ``destroy()`` (closing a ring wakes everyone
+        blocked on it, here and in the peers). Idempotent."""
+        self.destroy()
 
     def destroy(self, linger: float = 2.0) -> None:
         """Close every ring this rank owns (peers blocked on it raise ChannelClosedError).

@@ -95,7 +95,7 @@ from .forward import find as find_ref
 from .forward import register as register_ref
 from .forward import unregister as unregister_ref
 from .futex import HAVE_WAITV, fence, futex_wait, futex_wait2, futex_wake
-from .pcopy import copy_into
+from .parallel_copy import copy_into
 from .pool import (
     BLOCK_MAGIC,
     DEFAULT_KEEP_FREE_BYTES,

@@ -25,7 +25,7 @@ Set-up order (per graph; see each module): probe (``apply_fake_hosts`` in test m
 ``probe_gpu_uuid``) -> driver binds -> rank 0 of each NCCL communicator
 ``make_unique_id()`` -> every member opens its communicators in plan order -> ``warm_up``
 in plan order -> loop. Per op: ``send(value, peer, timeout, shape=, dtype=)``,
-``recv(peer, shape=, dtype=, timeout=)``, ``allreduce/allgather/reducescatter/broadcast``;
+``recv(peer, shape=, dtype=, timeout=)``, ``allreduce/allgather/reducescatter``;
 ``last_event`` for an executor that defers compute-stream waits; ``abort()`` from any
 thread; ``destroy()`` at teardown.
 """

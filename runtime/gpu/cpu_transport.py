@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cgc.runtime.channels.comm import ReduceOp, reduce_values
+from cgc.runtime.channels.collective import ReduceOp, reduce_values, scatter_part
 from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.channels.ring import ShmRingReader, ShmRingWriter
 
@@ -107,7 +107,7 @@ class ShmCpuTransport(DeviceTransport):
         return parts
 
     def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
-        self.ops.append(("allreduce", op.value))
+        self.ops.append(("allreduce", op.word))
         recv.copy_(reduce_values(self._gather(send), op))
 
     def allgather(self, send: Any, recv: Any) -> None:
@@ -117,19 +117,9 @@ class ShmCpuTransport(DeviceTransport):
             recv.view(-1)[r * n:(r + 1) * n].copy_(part.view(-1))
 
     def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
-        self.ops.append(("reducescatter", op.value))
+        self.ops.append(("reducescatter", op.word))
         full = reduce_values(self._gather(send), op)
-        n = full.shape[0] // self.world_size
-        recv.copy_(full[self.rank * n:(self.rank + 1) * n])
-
-    def broadcast(self, buf: Any, root: int) -> None:
-        self.ops.append(("broadcast", root))
-        if self.rank == root:
-            for p in range(self.world_size):
-                if p != root:
-                    self._write(p, buf)
-        else:
-            self._read_into(root, buf)
+        recv.copy_(scatter_part(full, self.rank, self.world_size))
 
     def abort(self) -> None:
         self._aborted = True

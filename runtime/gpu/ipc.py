@@ -61,11 +61,11 @@ from typing import Any
 
 import torch
 
-from cgc.runtime.channels.comm import Communicator, ReduceOp, reduce_values
-from cgc.runtime.channels.errors import ChannelClosedError, ChannelError, ErrorValue
+from cgc.runtime.channels.comm import ExchangingCommunicator, first_error
+from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
 from cgc.runtime.channels.shm import Segment
 
-from .protocol import header_for, reduce_op
+from .protocol import header_for
 from .sidechannel import ShmSideChannels, SideChannels, SideFactory
 from .streams import SYNC_COUNTER, actor_streams
 from .tensors import STATUS_ERROR, Header, is_cuda_tensor, open_header, static_meta, torch_dtype
@@ -273,7 +273,7 @@ class _In:
         self.n = 0  # uses received
 
 
-class CudaIpcCommunicator(Communicator):
+class CudaIpcCommunicator(ExchangingCommunicator):
     """Rank ``rank`` of a group of actors on one GPU (see module doc).
 
     Args:
@@ -529,75 +529,22 @@ class CudaIpcCommunicator(Communicator):
         return [value if p == self.rank else self._recv(p, tag, timeout)
                 for p in range(self.world_size)]
 
-    def _collective(self, tag: str, value: Any, timeout: float | None,
-                    combine: Callable[[list[Any]], Any]) -> Any:
+    def _exchanged(self, tag: str, value: Any, timeout: float | None,
+                   finish: Callable[[list[Any]], Any]) -> Any:
         def run() -> Any:
             vals = self._exchange(tag, value, self._t(timeout))
-            for v in vals:
-                if type(v) is ErrorValue:
-                    return v
+            err = first_error(vals)
+            if err is not None:
+                return err
             self.streams.comm_after_compute()
             with self.streams.comm_context():
-                out = combine(vals)
+                out = finish(vals)
             ev = self.streams.comm_done()
             self.last_event = ev
             outs = out if isinstance(out, list) else [out]
             self.streams.mark_compute_use([t for t in outs if self.is_device(t)])
             self.streams.received(ev)
             return out
-        return self._op(run)
-
-    def allreduce(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
-                  timeout: float | None = None) -> Any:
-        """Elementwise ``op`` over all ranks (an exchange plus a reduction on the comm stream).
-
-        Raises:
-            ValueError: shapes/dtypes differ between ranks.
-        """
-        op = reduce_op(op)
-        return self._collective(f"allreduce.{op.value}", value, timeout,
-                                lambda vals: reduce_values(vals, op))
-
-    def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
-        """Every rank's value, in rank order."""
-        return self._collective("allgather", value, timeout, list)
-
-    def reducescatter(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
-                      timeout: float | None = None) -> Any:
-        """Reduce over ranks, keep chunk ``rank`` of dim 0.
-
-        Raises:
-            ValueError: dim 0 not divisible by the world size, or shapes differ.
-        """
-        op = reduce_op(op)
-        world, rank = self.world_size, self.rank
-
-        def combine(vals: list[Any]) -> Any:
-            if vals[0].shape[0] % world:
-                raise ValueError(f"reducescatter: dim 0 ({vals[0].shape[0]}) is not divisible "
-                                 f"by world size {world}")
-            full = reduce_values(vals, op)
-            n = full.shape[0] // world
-            part = full[rank * n:(rank + 1) * n]
-            return part.copy() if hasattr(part, "copy") else part.clone()
-
-        return self._collective(f"reducescatter.{op.value}", value, timeout, combine)
-
-    def broadcast(self, value: Any, root: int = 0, timeout: float | None = None) -> Any:
-        """Root's ``value`` on every rank."""
-        if not 0 <= root < self.world_size:
-            raise ValueError(f"{self.name}: broadcast root {root} not in 0..{self.world_size - 1}")
-        tag = f"broadcast.{root}"
-
-        def run() -> Any:
-            t = self._t(timeout)
-            if self.rank == root:
-                hdr, tensors = header_for(value, tag, self.is_device, None, self.name)
-                for p in range(self.world_size):
-                    if p != root:
-                        self._send(p, hdr, tensors, t)
-                return value
-            return self._recv(root, tag, t)
         return self._op(run)
 
     # ---------------------------------------------------------------- set-up / teardown

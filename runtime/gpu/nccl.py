@@ -10,8 +10,8 @@ Set-up, per plan communicator with members ``m_0 .. m_{n-1}`` (rank = index):
    no NCCL call yet) and then NCCL's init, both within ``init_timeout``;
 3. ``warm_up`` (module ``warmup``) makes a real 1-element transfer on every p2p pair.
 
-Then SEND/RECV/COLL call ``send``/``recv``/``allreduce``/``allgather``/``reducescatter``/
-``broadcast`` (see ``protocol.DeviceCommunicator``). ``abort()`` ends a hang from any
+Then SEND/RECV/COLL call ``send``/``recv``/``allreduce``/``allgather``/``reducescatter``
+(see ``protocol.DeviceCommunicator``). ``abort()`` ends a hang from any
 thread (``ncclCommAbort``); ``destroy()`` releases.
 
 Example (one process, world size 1)::
@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cgc.runtime.channels.comm import ReduceOp
+from cgc.runtime.channels.collective import ReduceOp
 from cgc.runtime.channels.errors import ChannelTimeoutError
 from cgc.runtime.errors import SetupError
 
@@ -64,7 +64,7 @@ def nccl_dtype(dtype: str, op: ReduceOp | None) -> tuple[int, str | None, str | 
     if dtype in ("complex64", "complex128"):
         base = "float32" if dtype == "complex64" else "float64"
         if op not in (None, ReduceOp.SUM):
-            return 0, None, f"NCCL has no {op.value} of complex numbers"
+            return 0, None, f"NCCL has no {op.word} of complex numbers"
         return DTYPES[base], "real", None
     if dtype not in DTYPES:
         return 0, None, f"NCCL has no {dtype} type"
@@ -114,7 +114,7 @@ class NcclTransport(DeviceTransport):
                 op = ReduceOp.MAX  # torch's sum of booleans is a logical or
         elif view == "real":
             t = torch.view_as_real(t)
-        return t, code, OPS[op.value] if op is not None else 0
+        return t, code, OPS[op.word] if op is not None else 0
 
     def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
         s, code, o = self._typed(send, op)
@@ -130,10 +130,6 @@ class NcclTransport(DeviceTransport):
         r, _, _ = self._typed(recv, op)
         self.lib.reducescatter(self.h, s.data_ptr(), r.data_ptr(), r.numel(), code, o,
                                self._stream)
-
-    def broadcast(self, buf: Any, root: int) -> None:
-        self.lib.broadcast(self.h, buf.data_ptr(), buf.data_ptr(), buf.numel(), UINT8, root,
-                           self._stream)
 
     def unsupported(self, dtype: str, op: ReduceOp | None) -> str | None:
         return nccl_dtype(dtype, op)[2] if op is not None else None

@@ -152,10 +152,6 @@ class NcclLib(abc.ABC):
                       op: int, stream: int) -> None: ...
 
     @abc.abstractmethod
-    def broadcast(self, h: NcclHandle, sptr: int, rptr: int, count: int, dtype: int,
-                  root: int, stream: int) -> None: ...
-
-    @abc.abstractmethod
     def check(self, h: NcclHandle) -> None:
         """Raise ``NcclError`` if the communicator failed asynchronously."""
 
@@ -284,7 +280,6 @@ class CtypesNccl(NcclLib):
             "ncclAllReduce": [P, P, S, Int, Int, P, P],
             "ncclAllGather": [P, P, S, Int, P, P],
             "ncclReduceScatter": [P, P, S, Int, Int, P, P],
-            "ncclBroadcast": [P, P, S, Int, Int, P, P],
         }
         for fn, args in sig.items():
             f = getattr(lib, fn)
@@ -428,11 +423,6 @@ class CtypesNccl(NcclLib):
         self._call(h, "ncclReduceScatter", self._lib.ncclReduceScatter,
                    (sptr, rptr, recvcount, dtype, op), stream)
 
-    def broadcast(self, h: NcclHandle, sptr: int, rptr: int, count: int, dtype: int,
-                  root: int, stream: int) -> None:
-        self._call(h, "ncclBroadcast", self._lib.ncclBroadcast,
-                   (sptr, rptr, count, dtype, root), stream)
-
     def check(self, h: NcclHandle) -> None:
         st = self._state(h)
         if st not in (SUCCESS, IN_PROGRESS):
@@ -554,11 +544,6 @@ class CupyNccl(NcclLib):
                       op: int, stream: int) -> None:
         self._do("ncclReduceScatter", self._comm(h).reduceScatter, sptr, rptr, recvcount, dtype,
                  op, stream)
-
-    def broadcast(self, h: NcclHandle, sptr: int, rptr: int, count: int, dtype: int,
-                  root: int, stream: int) -> None:
-        self._do("ncclBroadcast", self._comm(h).broadcast, sptr, rptr, count, dtype, root,
-                 stream)
 
     def check(self, h: NcclHandle) -> None:
         self._do(f"NCCL communicator rank {h.rank}/{h.world}", self._comm(h).check_async_error)

@@ -15,7 +15,8 @@ hold device tensors. It owns the *protocol*; a ``DeviceTransport`` owns the *byt
   a static edge's declaration) travels as an error header; on a dynamic edge no device op
   follows, on a static edge the sender sends a dummy of the declared shape so the
   receive already posted completes.
-- collectives (allreduce sum/product/max/min/avg, allgather, reducescatter, broadcast):
+- collectives (allreduce sum/product/max/min/avg, allgather, reducescatter; what each
+  computes is ``cgc.runtime.channels.collective``'s rule, on device and host alike):
   every member first sends a status word to every other over the side-channels (device
   tensor shape/dtype, an error, or a host value). Any error becomes every member's result
   (the first in rank order) without a device op; differing shapes raise ``ValueError`` on
@@ -40,7 +41,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cgc.runtime.channels.comm import Communicator, ReduceOp, reduce_values
+from cgc.runtime.channels.collective import ReduceOp, combine, scatter_rows
+from cgc.runtime.channels.comm import Communicator
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError, ErrorValue
 
 from .sidechannel import SideChannels, exchange
@@ -58,16 +60,7 @@ from .tensors import (
     torch_dtype,
 )
 
-__all__ = ["DeviceTransport", "DeviceCommunicator", "reduce_op", "collective_plan", "header_for"]
-
-
-def reduce_op(op: ReduceOp | str) -> ReduceOp:
-    """``ReduceOp`` from an enum or its name ("sum", "AVG", ...).
-
-    Raises:
-        ValueError: unknown op.
-    """
-    return ReduceOp(op.lower()) if isinstance(op, str) else ReduceOp(op)
+__all__ = ["DeviceTransport", "DeviceCommunicator", "collective_plan", "header_for"]
 
 
 class DeviceTransport(abc.ABC):
@@ -103,10 +96,6 @@ class DeviceTransport(abc.ABC):
     @abc.abstractmethod
     def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
         """``recv`` gets chunk ``rank`` of ``op(send over ranks)``."""
-
-    @abc.abstractmethod
-    def broadcast(self, buf: Any, root: int) -> None:
-        """``buf`` on every rank becomes root's ``buf``."""
 
     def unsupported(self, dtype: str, op: ReduceOp | None) -> str | None:
         """Why this transport cannot reduce ``dtype`` with ``op`` (None: it can)."""
@@ -148,14 +137,14 @@ def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str
     """Decide a collective from every member's status word; the same answer on every rank.
 
     Status words: ``("dev", TensorMeta)``, ``("err", ErrorValue)``, ``("host", value)``,
-    ``("bad", type name)``, ``("any", None)`` (a broadcast non-root: no input).
+    ``("bad", type name)``.
 
     Returns ``("error", ErrorValue)``, ``("host", [values])``, ``("dev", TensorMeta)``.
 
     Raises:
-        ValueError: device inputs differ in shape/dtype, or reducescatter's dim 0 does not
-            divide by the world size. TypeError: a mix of device and host inputs, or a
-            value that is neither.
+        ValueError: device inputs differ in shape/dtype. CollectiveShapeError:
+            reducescatter's dim 0 does not divide by the world size. TypeError: a mix of
+            device and host inputs, or a value that is neither.
 
     Example:
         >>> from cgc.runtime.gpu.tensors import TensorMeta
@@ -166,7 +155,7 @@ def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str
     for kind_, payload in statuses:
         if kind_ == "err":
             return "error", payload
-    real = [(r, s) for r, s in enumerate(statuses) if s[0] != "any"]
+    real = list(enumerate(statuses))
     bad = [(r, s[1]) for r, s in real if s[0] == "bad"]
     if bad:
         r, what = bad[0]
@@ -185,9 +174,8 @@ def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str
         if (m.shape, m.dtype) != (first.shape, first.dtype):
             raise ValueError(f"collective inputs differ: rank {real[0][0]} has "
                              f"{first.shape}/{first.dtype}, rank {r} has {m.shape}/{m.dtype}")
-    if kind.startswith("reducescatter") and (not first.shape or first.shape[0] % world):
-        d0 = first.shape[0] if first.shape else "a scalar"
-        raise ValueError(f"reducescatter: dim 0 ({d0}) is not divisible by world size {world}")
+    if kind.startswith("reducescatter"):
+        scatter_rows(first.shape, world)
     return "dev", first
 
 
@@ -383,9 +371,8 @@ class DeviceCommunicator(Communicator):
             return "host", value
         return "bad", type(value).__name__
 
-    def _agree(self, tag: str, value: Any, timeout: float | None,
-               status: tuple[str, Any] | None = None) -> tuple[str, Any]:
-        mine = status if status is not None else self._status(value)
+    def _agree(self, tag: str, value: Any, timeout: float | None) -> tuple[str, Any]:
+        mine = self._status(value)
         words = exchange(self.side, (tag, mine), timeout, self._poll)
         for r, (t, _) in enumerate(words):
             if t != tag:
@@ -394,15 +381,14 @@ class DeviceCommunicator(Communicator):
         return collective_plan([w for _, w in words], tag, self.world_size)
 
     def _coll(self, tag: str, value: Any, timeout: float | None,
-              run: Callable[[Any, TensorMeta], Any], host: Callable[[list[Any]], Any],
-              status: tuple[str, Any] | None = None) -> Any:
+              run: Callable[[Any, TensorMeta], Any], op: ReduceOp | None = None) -> Any:
         self._enter()
         try:
-            how, what = self._agree(tag, value, self._t(timeout), status)
+            how, what = self._agree(tag, value, self._t(timeout))
             if how == "error":
                 return what
-            if how == "host":
-                return host(what)
+            if how == "host":  # every member gave host values: the host rule, here
+                return combine(tag.split(".", 1)[0], what, op, self.rank, self.world_size)
             unsupported = self.transport.unsupported(what.dtype, _tag_op(tag))
             if what.dtype == "bool" and tag.endswith(".avg"):
                 unsupported = "no average of booleans"
@@ -423,7 +409,7 @@ class DeviceCommunicator(Communicator):
             ValueError: inputs differ between ranks. TypeError: mixed device/host inputs
             or a dtype the transport cannot reduce. ChannelError: call orders differ.
         """
-        op = reduce_op(op)
+        op = ReduceOp.of(op)
 
         def run(x: Any, meta: TensorMeta) -> Any:
             src = self._input(x)
@@ -434,8 +420,7 @@ class DeviceCommunicator(Communicator):
             self._finish([out])
             return out
 
-        return self._coll(f"allreduce.{op.value}", value, timeout, run,
-                          lambda vals: reduce_values(vals, op))
+        return self._coll(f"allreduce.{op.word}", value, timeout, run, op)
 
     def _divide(self, out: Any) -> None:
         with self.streams.comm_context():
@@ -457,21 +442,22 @@ class DeviceCommunicator(Communicator):
             self._finish([out])
             return list(out.unbind(0))
 
-        return self._coll("allgather", value, timeout, run, list)
+        return self._coll("allgather", value, timeout, run)
 
     def reducescatter(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
                       timeout: float | None = None) -> Any:
-        """Reduce over ranks, keep chunk ``rank`` of dim 0 (dim 0 % world_size == 0).
+        """Reduce over ranks, keep chunk ``rank`` of dim 0.
 
         Raises:
-            ValueError: dim 0 not divisible, or inputs differ between ranks.
+            CollectiveShapeError: dim 0 not divisible by the world size.
+            ValueError: inputs differ between ranks.
         """
-        op = reduce_op(op)
-        world, rank = self.world_size, self.rank
+        op = ReduceOp.of(op)
+        world = self.world_size
 
         def run(x: Any, meta: TensorMeta) -> Any:
             src = self._input(x)
-            n = meta.shape[0] // world
+            n = scatter_rows(meta.shape, world)
             part = TensorMeta((n, *meta.shape[1:]), meta.dtype, meta.nbytes // world)
             (out,) = self._alloc([part])
             self.transport.reducescatter(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op)
@@ -480,38 +466,7 @@ class DeviceCommunicator(Communicator):
             self._finish([out])
             return out
 
-        def host(vals: list[Any]) -> Any:
-            full = reduce_values(vals, op)
-            n = full.shape[0] // world
-            part = full[rank * n:(rank + 1) * n]
-            return part.copy() if hasattr(part, "copy") else part.clone()
-
-        return self._coll(f"reducescatter.{op.value}", value, timeout, run, host)
-
-    def broadcast(self, value: Any, root: int = 0, timeout: float | None = None) -> Any:
-        """Root's ``value`` on every rank (non-roots pass anything, e.g. None).
-
-        Raises:
-            ValueError: ``root`` out of range.
-        """
-        if not 0 <= root < self.world_size:
-            raise ValueError(f"{self.name}: broadcast root {root} not in 0..{self.world_size - 1}")
-        status = self._status(value) if self.rank == root else ("any", None)
-
-        def run(x: Any, meta: TensorMeta) -> Any:
-            if self.rank == root:
-                buf = self._input(x)
-                if meta.nbytes:
-                    self.transport.broadcast(as_bytes(buf), root)
-                return x
-            (out,) = self._alloc([meta])
-            if meta.nbytes:
-                self.transport.broadcast(as_bytes(out), root)
-            self._finish([out])
-            return out
-
-        return self._coll(f"broadcast.{root}", value, timeout, run,
-                          lambda vals: vals[root], status)
+        return self._coll(f"reducescatter.{op.word}", value, timeout, run, op)
 
     # ---------------------------------------------------------------- set-up
     def warm_up(self, peers: Sequence[int], timeout: float | None = 60.0,
@@ -578,8 +533,8 @@ class DeviceCommunicator(Communicator):
 def _tag_op(tag: str) -> ReduceOp | None:
     """The reduction a transport runs for collective ``tag`` (AVG runs as SUM, then a
     division on the comm stream); None for data movement."""
-    if "." in tag and not tag.startswith("broadcast"):
-        op = ReduceOp(tag.split(".", 1)[1])
+    if "." in tag:
+        op = ReduceOp.of(tag.split(".", 1)[1])
         return ReduceOp.SUM if op is ReduceOp.AVG else op
     return None
 

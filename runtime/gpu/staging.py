@@ -30,10 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cgc.runtime.channels.comm import Communicator, ReduceOp, reduce_values
+from cgc.runtime.channels.comm import Communicator, ExchangingCommunicator
 from cgc.runtime.channels.errors import ErrorValue
 
-from .protocol import reduce_op
 from .streams import actor_streams, wait_event
 from .tensors import cpu_stand_in, is_cuda_tensor, rebuild_value, split_value
 
@@ -53,7 +52,7 @@ class StagedValue:
         return (StagedValue, (self.skeleton, self.tensors))
 
 
-class HostStagingCommunicator(Communicator):
+class HostStagingCommunicator(ExchangingCommunicator):
     """Device values over host communicator ``inner`` (see module doc)."""
 
     def __init__(self, inner: Communicator, streams: Any = None,
@@ -135,55 +134,16 @@ class HostStagingCommunicator(Communicator):
         return rebuild_value(v.skeleton, tensors)
 
     # ---------------------------------------------------------------- collectives
-    def _coll(self, value: Any, timeout: float | None,
-              finish: Callable[[list[Any]], Any]) -> Any:
+    def _exchanged(self, tag: str, value: Any, timeout: float | None,
+                   finish: Callable[[list[Any]], Any]) -> Any:
         t = self._t(timeout)
         staged, on_gpu = self._down(value, t)
-        parts = [self._host(p) for p in self.inner.allgather(staged, timeout=t)]
-        for p in parts:
-            if type(p) is ErrorValue:
-                return p
+        got = self.inner.allgather(staged, timeout=t)
+        if type(got) is ErrorValue:
+            return got
+        parts = [self._host(p) for p in got]
         result = finish(parts)
         return self._up(result) if on_gpu else result
-
-    def allreduce(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
-                  timeout: float | None = None) -> Any:
-        """Elementwise ``op`` over all ranks (reduced on the host).
-
-        Raises:
-            ValueError: shapes/dtypes differ between ranks.
-        """
-        op = reduce_op(op)
-        return self._coll(value, timeout, lambda parts: reduce_values(parts, op))
-
-    def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
-        """Every rank's value, in rank order."""
-        return self._coll(value, timeout, list)
-
-    def reducescatter(self, value: Any, op: ReduceOp | str = ReduceOp.SUM,
-                      timeout: float | None = None) -> Any:
-        """Reduce over ranks, keep chunk ``rank`` of dim 0.
-
-        Raises:
-            ValueError: dim 0 not divisible by the world size, or shapes differ.
-        """
-        op = reduce_op(op)
-        world, rank = self.world_size, self.rank
-
-        def finish(parts: list[Any]) -> Any:
-            if parts[0].shape[0] % world:
-                raise ValueError(f"reducescatter: dim 0 ({parts[0].shape[0]}) is not "
-                                 f"divisible by world size {world}")
-            full = reduce_values(parts, op)
-            n = full.shape[0] // world
-            part = full[rank * n:(rank + 1) * n]
-            return part.copy() if hasattr(part, "copy") else part.clone()
-
-        return self._coll(value, timeout, finish)
-
-    def broadcast(self, value: Any, root: int = 0, timeout: float | None = None) -> Any:
-        """Root's ``value`` on every rank (through the inner allgather)."""
-        return self._coll(value, timeout, lambda parts: parts[root])
 
     def warm_up(self, peers: Any, timeout: float | None = 60.0,
                 collective: bool = False) -> None:

@@ -4,7 +4,7 @@
 group: the same headers, static-edge receives posted first, error values and collective
 status words as ``NcclCommunicator`` (``protocol.DeviceCommunicator``), with the bytes
 moved by torch (``batch_isend_irecv``, ``all_reduce``, ``all_gather_into_tensor``,
-``reduce_scatter_tensor``, ``broadcast``) issued while the actor's comm stream is
+``reduce_scatter_tensor``) issued while the actor's comm stream is
 current, so ProcessGroupNCCL orders them after the comm stream and makes the comm stream
 (not the CPU) wait for them. Communicator rank ``r`` is group rank ``r``.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cgc.runtime.channels.comm import ReduceOp
+from cgc.runtime.channels.collective import ReduceOp, scatter_part
 
 from .nccl import nccl_dtype
 from .protocol import DeviceCommunicator, DeviceTransport
@@ -101,12 +101,7 @@ class TorchDistTransport(DeviceTransport):
                 return
             full = send.clone()  # gloo has no reduce-scatter: allreduce, keep our chunk
             self._dist.all_reduce(full, op=self._ops[op], group=self.group)
-            n = full.shape[0] // self.world_size
-            recv.copy_(full[self.rank * n:(self.rank + 1) * n])
-
-    def broadcast(self, buf: Any, root: int) -> None:
-        with self.streams.comm_context():
-            self._dist.broadcast(buf, src=self._global[root], group=self.group)
+            recv.copy_(scatter_part(full, self.rank, self.world_size))
 
     def unsupported(self, dtype: str, op: ReduceOp | None) -> str | None:
         if self.backend == "nccl" and op is not None:

@@ -18,9 +18,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
-
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.channels.comm import Communicator
 
 __all__ = ["p2p_peers", "has_collectives", "warm_up"]
 
@@ -53,10 +52,8 @@ def has_collectives(plan: pb.Plan, comm_index: int) -> bool:
                for op in list(prog.prologue) + list(prog.ops))
 
 
-def warm_up(comm: Any, peers: list[int], timeout: float | None = 60.0,
+def warm_up(comm: Communicator, peers: list[int], timeout: float | None = 60.0,
             collective: bool = False) -> None:
-    """Warm ``comm`` (a device communicator of this package; others are left alone: the
-    CPU communicator needs no warm-up beyond the executor's own)."""
-    fn = getattr(comm, "warm_up", None)
-    if fn is not None:
-        fn(peers, timeout, collective=collective)
+    """Warm ``comm`` (``Communicator.warm_up``; the CPU communicator needs no warm-up beyond
+    the executor's own and does nothing)."""
+    comm.warm_up(peers, timeout, collective=collective)

@@ -33,6 +33,7 @@ from cgc.runtime.channels import (
     cleanup_segments,
     list_segments,
 )
+from cgc.runtime.channels.collective import CollectiveShapeError
 from cgc.runtime.errors import SetupError
 from cgc.runtime.gpu import binding as B
 from cgc.runtime.gpu.cpu_transport import ShmCpuTransport, cpu_device_communicator
@@ -363,21 +364,39 @@ def test_allreduce_ops(prefix, op, a, b, want):
     _destroy(c0, c1)
 
 
-def test_allgather_reducescatter_broadcast_and_host_values(prefix):
+def test_allgather_reducescatter_and_host_values(prefix):
     c0, c1 = _pair(prefix)
 
     def rank(c, r):
         return (c.allgather(torch.tensor([r, r])),
                 c.reducescatter(torch.arange(4.0) * (r + 1), "sum"),
-                c.broadcast(torch.tensor([7.0]) if r == 1 else None, root=1),
-                c.allreduce(np.array([r + 1.0]), "sum"))
+                c.allreduce(np.array([r + 1.0]), "sum"),
+                c.reducescatter(np.arange(4.0) + 10 * r, "max"))
 
     g0, g1 = run_ranks(lambda: rank(c0, 0), lambda: rank(c1, 1))
     assert [t.tolist() for t in g0[0]] == [[0, 0], [1, 1]]
     assert g0[1].tolist() == [0.0, 3.0] and g1[1].tolist() == [6.0, 9.0]
-    assert g0[2].tolist() == g1[2].tolist() == [7.0]
-    assert g0[3].tolist() == g1[3].tolist() == [3.0]
-    assert [op for op, _ in c0.transport.ops] == ["allgather", "reducescatter", "broadcast"]
+    assert g0[2].tolist() == g1[2].tolist() == [3.0]
+    assert g0[3].tolist() == [10.0, 11.0] and g1[3].tolist() == [12.0, 13.0]  # host rule
+    assert [op for op, _ in c0.transport.ops] == ["allgather", "reducescatter"]
+    _destroy(c0, c1)
+
+
+@pytest.mark.parametrize("value", [torch.arange(3.0), np.arange(3.0), np.float64(1.0)])
+def test_an_uneven_reducescatter_fails_on_every_member(prefix, value):
+    """Dim 0 of 3 over 2 ranks: the same CollectiveShapeError on both ranks, on the device
+    path and the host path alike (the host path used to drop the third row)."""
+    c0, c1 = _pair(prefix)
+
+    def rank(c):
+        try:
+            return c.reducescatter(value, "sum")
+        except CollectiveShapeError as exc:
+            return str(exc)
+
+    r0, r1 = run_ranks(lambda: rank(c0), lambda: rank(c1))
+    assert r0 == r1 and "reducescatter:" in r0 and "world size 2" in r0, (r0, r1)
+    assert c0.transport.ops == []
     _destroy(c0, c1)
 
 
@@ -404,7 +423,7 @@ def test_collective_errors_reach_every_member_without_a_device_op(prefix):
 
 def test_collective_plan_is_deterministic():
     m = TensorMeta((4,), "float32", 16)
-    assert collective_plan([("dev", m), ("any", None)], "broadcast.0", 2) == ("dev", m)
+    assert collective_plan([("dev", m), ("dev", m)], "allreduce.sum", 2) == ("dev", m)
     with pytest.raises(ValueError, match="divisible"):
         collective_plan([("dev", TensorMeta((3,), "float32", 12))] * 2, "reducescatter.sum", 2)
 
@@ -512,7 +531,6 @@ def test_ipc_errors_static_checks_collectives_and_warm_up(prefix):
                 c.allreduce(torch.tensor([r + 1.0, 2.0]), "product"),
                 c.allgather({"r": r}),
                 c.reducescatter(torch.arange(4) * (r + 1), "max"),
-                c.broadcast(torch.tensor([r]), root=0),
                 c.allreduce(err if r else torch.ones(1)))
 
     a, b = run_ranks(lambda: rank(c0, 0), lambda: rank(c1, 1))
@@ -520,8 +538,7 @@ def test_ipc_errors_static_checks_collectives_and_warm_up(prefix):
     assert a[1].tolist() == b[1].tolist() == [2.0, 4.0]
     assert a[2] == b[2] == [{"r": 0}, {"r": 1}]
     assert a[3].tolist() == [0, 2] and b[3].tolist() == [4, 6]
-    assert a[4].tolist() == b[4].tolist() == [0]
-    assert a[5].message == b[5].message == "up"
+    assert a[4].message == b[4].message == "up"
     _destroy(c0, c1)
 
 
@@ -613,7 +630,7 @@ def test_torch_distributed_communicator_over_gloo(prefix, tmp_path):
 
 
 def test_nccl_dtype_table():
-    from cgc.runtime.channels.comm import ReduceOp
+    from cgc.runtime.channels.collective import ReduceOp
     from cgc.runtime.gpu.nccl import nccl_dtype
 
     assert nccl_dtype("bfloat16", ReduceOp.SUM)[:2] == (9, None)

@@ -54,6 +54,25 @@ def test_raise_at_capacity(ray_cluster):
         assert more.get() == 0.0
 
 
+@pytest.mark.parametrize("mode", ["raise", "wait"])
+def test_dropped_refs_free_their_places_at_capacity(ray_cluster, mode):
+    # Issue 21's sequence: a ref dropped unfetched holds its place only until its result is
+    # read; at capacity execute() reads (and frees) it instead of counting it as in flight.
+    with G.slow_plan().start(capacity=2, at_capacity=mode, get_timeout=30) as g:
+        assert g.execute(0.0).get() == 0.0
+        g.execute(0.3)  # dropped at once
+        g.execute(0.3)  # dropped at once
+        assert g.execute(0.1).get() == 0.1
+        assert g.buffered == 0 and g.in_flight() == 0
+        # A ref still held keeps its place: raise mode still raises at capacity.
+        kept = [g.execute(0.2), g.execute(0.2)]
+        if mode == "raise":
+            with pytest.raises(CapacityExceededError, match="in flight") as info:
+                g.execute(0.0)
+            assert (info.value.in_flight, info.value.capacity) == (2, 2)
+        assert [r.get() for r in kept] == [0.2, 0.2]
+
+
 def test_buffered_results_limit_holds_on_get(ray_cluster):
     with G.chain_plan(2).start(max_buffered_results=1, get_timeout=30) as g:
         refs = [g.execute(i) for i in range(3)]
