@@ -17,7 +17,6 @@ import cgc
 from cgc import InputNode, MultiOutputNode, ReduceOp, allreduce
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.errors import GetTimeoutError
-from cgc.runtime.gpu.binding import FAKE_HOSTS_ENV
 
 
 @cgc.actor(num_gpus=0.5, num_cpus=0)
@@ -68,15 +67,6 @@ def _p2p_dag(static: bool):
              else t.with_tensor_transport("nccl"))
         m = a.mixed.bind(inp[1]).with_tensor_transport("nccl")
         return MultiOutputNode([b.use.bind(t), b.keys.bind(m)])
-
-
-@pytest.fixture(params=["cuda_ipc", "nccl"])
-def transport(request, monkeypatch):
-    if request.param == "nccl":
-        monkeypatch.setenv(FAKE_HOSTS_ENV, "1")
-    else:
-        monkeypatch.delenv(FAKE_HOSTS_ENV, raising=False)
-    return request.param
 
 
 @pytest.mark.parametrize("static", [False, True])
