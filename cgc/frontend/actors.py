@@ -31,6 +31,9 @@ ACTOR_OPTIONS = (
     "namespace",
 )
 
+# cgc's own actor options (kept in the plan's nodes, never handed to Ray).
+CGC_OPTIONS = ("cuda_graph",)
+
 _ACTOR_SEQ = itertools.count()
 
 
@@ -42,20 +45,32 @@ class ExternalSpec:
     actor_id: str
     name: str = ""
     namespace: str = ""
+    # What it holds, read from the actor when the graph is compiled (live_actors.observe).
+    placement: Any = None
 
 
 def _check_options(options: dict[str, Any], where: str) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(ACTOR_OPTIONS))
+    unknown = sorted(set(options) - set(ACTOR_OPTIONS) - set(CGC_OPTIONS))
     if unknown:
         raise TypeError(
             f"{where}: unknown actor option(s) {', '.join(unknown)}; "
-            f"cgc actors take {', '.join(ACTOR_OPTIONS)}"
+            f"cgc actors take {', '.join(ACTOR_OPTIONS + CGC_OPTIONS)}"
         )
+    if not isinstance(options.get("cuda_graph", False), bool):
+        raise TypeError(f"{where}: cuda_graph must be True or False, got "
+                        f"{options['cuda_graph']!r}")
     return dict(options)
 
 
-def method(_func: Any = None, *, num_returns: int = 1) -> Any:
-    """Declare a method's number of return values, like ``@ray.method(num_returns=k)``.
+def method(_func: Any = None, *, num_returns: int = 1, cuda_graph: bool = False) -> Any:
+    """Declare a method's number of return values, like ``@ray.method(num_returns=k)``, and
+    whether the actor replays it as a CUDA graph.
+
+    ``cuda_graph=True``: after its first executions the actor captures the call once and
+    replays the capture in later executions (``cgc.runtime.gpu.graphs``). The method must
+    then be a function of its tensor arguments and the actor's device tensors: no host
+    synchronisation, no Python state that changes between calls, same non-tensor arguments
+    per captured variant. Calls it cannot capture run eagerly, and that is reported.
 
     Example::
 
@@ -65,14 +80,22 @@ def method(_func: Any = None, *, num_returns: int = 1) -> Any:
             def split(self, x):
                 return x[:1], x[1:]
 
+            @cgc.method(cuda_graph=True)
+            def step(self, x):
+                return self.net(x)
+
     Raises:
-        TypeError: ``num_returns`` is not a positive int.
+        TypeError: ``num_returns`` is not a positive int, or ``cuda_graph`` not a bool.
     """
     if isinstance(num_returns, bool) or not isinstance(num_returns, int) or num_returns < 1:
         raise TypeError(f"num_returns must be a positive int, got {num_returns!r}")
+    if not isinstance(cuda_graph, bool):
+        raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
 
     def deco(func: Any) -> Any:
         func.__cgc_num_returns__ = num_returns
+        if cuda_graph:
+            func.__cgc_cuda_graph__ = True
         return func
 
     return deco(_func) if _func is not None else deco
@@ -85,6 +108,12 @@ def declared_num_returns(cls: type, name: str) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+def declared_cuda_graph(cls: type | None, name: str) -> bool:
+    """Whether ``cls.name`` is marked ``@cgc.method(cuda_graph=True)``."""
+    return cls is not None and getattr(getattr(cls, name, None), "__cgc_cuda_graph__",
+                                       False) is True
 
 
 class ActorClass:
@@ -144,7 +173,9 @@ def actor(_cls: type | None = None, **options: Any) -> Any:
     """Make a class a cgc actor class: ``@cgc.actor`` or ``@cgc.actor(num_gpus=1, ...)``.
 
     Options: num_cpus, num_gpus, memory, resources (dict), runtime_env (dict),
-    max_concurrency, name, namespace (as in ``@ray.remote``).
+    max_concurrency, name, namespace (as in ``@ray.remote``); and cgc's own
+    ``cuda_graph=True``: every method of the actor is replayed as a CUDA graph (see
+    ``cgc.method``).
 
     Example::
 

@@ -4,7 +4,15 @@ Handles ``ray.dag.InputNode``/``InputAttributeNode``/``MultiOutputNode``, ``Clas
 ``@ray.remote`` class's ``.bind()``, with its options), ``ClassMethodNode`` (multi-return
 placeholders included), collective output nodes and ``with_tensor_transport`` type hints.
 Calls on live actor handles (``Actor.remote()``) become external actors: the plan refers to
-the existing actor and ``TraceResult.live_handles`` carries the handle.
+the existing actor and ``TraceResult.live_handles`` carries the handle. What each live actor
+holds (its resources, node and GPU ids) is read from it in one batched round once the DAG
+is converted (``live_actors``), so a live GPU actor is a GPU actor in the plan.
+
+Ray's hints keep Ray's meaning: ``with_tensor_transport()``/``"auto"`` lets the compiler
+choose (NCCL between GPU actors, host memory otherwise; the runtime binds NCCL, CUDA IPC
+or the CPU communicator from where they are), ``"nccl"``/``"accelerator"`` is NCCL,
+``"shm"`` (and ``TorchTensorType``'s ``"auto"``/``"cpu"`` transports) host memory, with
+``_static_shape``/``_direct_return`` dropped there since Ray gives them no effect on it.
 
 Ray is imported only here, and only when a Ray object is traced. Ray's private attributes
 are read only through ``ray_private``; a Ray release without them gives a
@@ -13,6 +21,7 @@ are read only through ``ray_private``; a Ray release without them gives a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -54,14 +63,23 @@ def _site(node: Any) -> RawLoc:
         return UNKNOWN_LOC
 
 
-# Ray's transport names -> cgc's ("auto" in a Ray tensor hint means host memory).
-_TRANSPORTS = {"accelerator": "nccl", "auto": "shm"}
+# Ray's TorchTensorType transports -> cgc's: "auto" and "cpu" in a tensor hint mean host
+# memory (Ray's SharedMemoryType; only AutoTransportType chooses), "accelerator" is NCCL.
+_TRANSPORTS = {"accelerator": "nccl", "auto": "shm", "cpu": "shm"}
 
 
-def _transport(hint: rp.RayTypeHint) -> Any:
+def _transport(hint: rp.RayTypeHint, collective: bool = False) -> Any:
     if hint.auto:
         return "auto"
-    return hint.communicator or _TRANSPORTS.get(hint.transport, hint.transport)
+    if hint.communicator is not None:
+        # A Ray Communicator object cannot live in a plan. A collective on one runs on the
+        # communicator cgc binds among the same actors at start (NCCL between GPUs, else
+        # the CPU communicator); a point-to-point edge on a CPU communicator (transport
+        # "cpu", e.g. Ray's CPUCommunicator) moves host tensors: host memory does that.
+        if collective or hint.transport != "cpu":
+            return "nccl"
+        return "shm"
+    return _TRANSPORTS.get(hint.transport, hint.transport)
 
 
 def _neighbors(node: Any, dag: Any) -> list[Any]:
@@ -81,8 +99,9 @@ class _Converter:
         self.memo: dict[int, Any] = {}
         self.keep: list[Any] = []  # keep Ray nodes alive while ids are in memo
         self.actors: dict[Any, LazyActor] = {}
-        self.groups: dict[int, CollectiveGroup] = {}
+        self.groups: dict[tuple[int, int], CollectiveGroup] = {}  # (operation, bucket)
         self.chain_pos: dict[int, int] = {}
+        self.first_use: dict[str, RawLoc] = {}  # live actor id -> its first call's line
 
     # -------------------------------------------------------------- closure, order
     def run(self, output: Any) -> Any:
@@ -218,45 +237,94 @@ class _Converter:
         placeholder = rp.output_of(n)
         if placeholder is not None:
             call, index = placeholder
-            return OutputRef(self.memo[id(call)], index, loc)
+            target = self.memo[id(call)]
+            if isinstance(target, _Buckets):  # a bucketed allreduce: one member per bucket
+                return target.members[index]
+            return OutputRef(target, index, loc)
         parent = rp.parent_actor(n)
         if isinstance(parent, self.dag.ClassNode):
             actor = self.memo[id(parent)]
             position = self.chain_pos.get(id(n), 0)
         else:
             actor = self._handle_actor(parent)
+            self.first_use.setdefault(rp.handle_id(parent), loc)
             position = rp.live_bind_index(n)
         args = [self._value(a) for a in rp.bound_args(n)]
-        node: CallNode | CollectiveNode
         if isinstance(n, self.dag.CollectiveOutputNode):
-            node = self._member(n, actor, args, loc)
-        else:
-            kwargs = {k: self._value(v) for k, v in rp.bound_kwargs(n).items()}
-            method = rp.method_name(n)
-            num = ray_num_returns(actor.cls, method, rp.bound_options(n))
-            node = CallNode(actor, method, tuple(args), kwargs, num, loc)
+            members = self._member(n, actor, args, loc)
+            for m in members:
+                m.bind_index = position
+            return members[0] if len(members) == 1 else _Buckets(members)
+        kwargs = {k: self._value(v) for k, v in rp.bound_kwargs(n).items()}
+        method = rp.method_name(n)
+        num = ray_num_returns(actor.cls, method, rp.bound_options(n))
+        node = CallNode(actor, method, tuple(args), kwargs, num, loc)
         node.bind_index = position
         return node
 
-    def _member(self, n: Any, actor: LazyActor, args: list[Any], loc: RawLoc) -> CollectiveNode:
+    def observe_live(self) -> None:
+        """Read what every live actor holds, in one batched round (``live_actors``)."""
+        from cgc.frontend.live_actors import observe
+
+        keys = sorted(self.actors)
+        actors = [self.actors[k] for k in keys]
+        specs = [a.external for a in actors if a.external is not None]  # all live
+        held = observe(
+            [spec.handle for spec in specs],
+            [a._describe() for a in actors],
+            [loc.short() if (loc := self.first_use.get(k, UNKNOWN_LOC)).file else ""
+             for k in keys],
+        )
+        for a, spec, placement in zip(actors, specs, held, strict=True):
+            a.external = dataclasses.replace(spec, placement=placement)
+
+    def _member(
+        self, n: Any, actor: LazyActor, args: list[Any], loc: RawLoc
+    ) -> list[CollectiveNode]:
+        """This actor's member of each bucket of a collective (one bucket but for a
+        bucketed allreduce, which becomes one collective per bucket: Ray flattens the
+        buckets into one allreduce, and every element is reduced over the same members)."""
         op = rp.collective_of(n)
-        grp = self.groups.get(op.key)
-        if grp is None:
-            red = ReduceOp[op.reduce_op] if op.reduce_op else None
-            grp = CollectiveGroup(op.kind, red, _transport(op.hint), loc, [])
-            self.groups[op.key] = grp
+        if op.kind == "allgather":
+            # Ray's allgather returns one tensor (the members' tensors concatenated along
+            # dim 0); cgc's returns the list of them: the drop-in cannot keep Ray's value.
+            raise UnsupportedNodeError(
+                f"{loc.short()}: ray.experimental.collective.allgather: Ray returns one "
+                "tensor (the members' tensors concatenated along dim 0) and cgc's allgather "
+                "returns the list of the members' tensors, so the drop-in cannot keep Ray's "
+                "result; use cgc.allgather and torch.cat(parts) in the consumer",
+                method="allgather", loc=loc.short(),
+            )
         parent = rp.parent_actor(n)
         rank = next(i for i, h in enumerate(op.actors) if h is parent or h == parent)
-        member = CollectiveNode(grp, rank, actor, args)
-        grp.members.append(member)
-        return member
+        red = ReduceOp[op.reduce_op] if op.reduce_op else None
+        members = []
+        for bucket, arg in enumerate(args):
+            grp = self.groups.get((op.key, bucket))
+            if grp is None:
+                grp = CollectiveGroup(op.kind, red, _transport(op.hint, collective=True),
+                                      loc, [])
+                self.groups[(op.key, bucket)] = grp
+            member = CollectiveNode(grp, rank, actor, [arg])
+            grp.members.append(member)
+            members.append(member)
+        return members
 
     def _hint(self, n: Any, out: Any) -> None:
         spec = _hint_spec(n)
-        if spec is None or isinstance(out, (MultiOutputNode, LazyActor)):
+        if spec is None or isinstance(out, (MultiOutputNode, LazyActor, _Buckets)):
             return
         spec.loc = HINT_SITES.get(n, out._loc)
         out._set_hint(spec)
+
+
+class _Buckets:
+    """A member of a bucketed allreduce, as converted: its result per bucket (Ray's output
+    placeholders ``return_idx_i`` pick one)."""
+
+    def __init__(self, members: list[CollectiveNode]) -> None:
+        self.members = members
+        self._loc = UNKNOWN_LOC
 
 
 def _hint_spec(n: Any) -> HintSpec | None:
@@ -264,11 +332,15 @@ def _hint_spec(n: Any) -> HintSpec | None:
     hint = rp.type_hint(n)
     if hint is None:
         return None
+    transport = _transport(hint)
+    # Ray gives a host-memory tensor hint's static-shape and direct-return flags no effect
+    # (TorchTensorType logs so); cgc would enforce them, so they are not carried.
+    on_host = transport == "shm"
     return HintSpec(
-        transport=_transport(hint),
+        transport=transport,
         device=hint.device,
-        static_shape=hint.static_shape,
-        direct_return=hint.direct_return,
+        static_shape=hint.static_shape and not on_host,
+        direct_return=hint.direct_return and not on_host,
     )
 
 
@@ -322,12 +394,18 @@ def convert_output(output: Any) -> Any:
 
     Raises:
         UnsupportedNodeError: a Ray remote function (a ``NotImplementedError`` too).
-        CompileError: other node kinds a plan cannot hold.
+        CompileError: other node kinds a plan cannot hold; a live actor that is dead or
+            does not say what it holds (``live_actors.observe``).
         RayVersionError: the installed Ray lacks an internal the adapter reads (the
             message names it and the Ray version).
     """
     rp.require()
     conv = _Converter()
     if isinstance(output, MultiOutputNode):  # cgc's MultiOutputNode over Ray nodes
-        return MultiOutputNode([conv.run(o) if is_ray_dag_object(o) else o for o in output.outputs])
-    return conv.run(output)
+        out: Any = MultiOutputNode(
+            [conv.run(o) if is_ray_dag_object(o) else o for o in output.outputs]
+        )
+    else:
+        out = conv.run(output)
+    conv.observe_live()
+    return out

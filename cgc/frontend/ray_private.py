@@ -97,6 +97,9 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
     PrivateUse(_DAG, "DAGNode._bound_kwargs", _R, "a node's keyword arguments"),
     PrivateUse(_DAG, "DAGNode._bound_other_args_to_resolve", _R, "links to parent nodes"),
     PrivateUse(_DAG, "DAGNode._downstream_nodes", _R, "consumers: find dangling calls"),
+    PrivateUse(_DAG, "DAGNode._upstream_nodes", _R, "producers: Ray's checks, in its order"),
+    PrivateUse(_DAG, "DAGNode._args_contain_nested_dag_node", _R,
+               "Ray's own 'node in a container' flag (the drop-in rejects as Ray does)"),
     PrivateUse(_DAG, "DAGNode._bound_options", _R, "actor options, num_returns"),
     PrivateUse(_DAG, "DAGNode._type_hint", _R, "with_tensor_transport hints"),
     PrivateUse(_DAG, "DAGNode.__init__", _P, "note where each node is created"),
@@ -152,6 +155,8 @@ PRIVATE_API: tuple[PrivateUse, ...] = (
     PrivateUse("ray.actor", "__ray_actor_class__", Use.MARK, "the user class of the wrapper"),
     PrivateUse("ray.actor", "__ray_num_returns__", Use.MARK, "@ray.method(num_returns=k)"),
     PrivateUse("ray.actor", "ActorHandle._ray_actor_id", _R, "identify a live actor"),
+    PrivateUse("ray.actor", "ActorHandle.__ray_call__", _R,
+               "ask a live actor what it holds (resources, node, GPU ids)"),
     PrivateUse("ray.actor", "ActorHandle._ray_actor_creation_function_descriptor", _R,
                "a live actor's class"),
     PrivateUse("ray._raylet", "PythonFunctionDescriptor.module_name", _R, "its module"),
@@ -356,6 +361,17 @@ def downstream(node: Any) -> list[Any]:
     return list(_get(node, "_downstream_nodes"))
 
 
+def upstream(node: Any) -> list[Any]:
+    """The nodes ``node`` consumes (arguments first, then Ray's links), in Ray's order."""
+    return list(_get(node, "_upstream_nodes"))
+
+
+def nested_flag(node: Any) -> bool:
+    """Ray's own record that a positional argument of ``node`` hides a node in a
+    container (Ray refuses such a graph at compile time)."""
+    return bool(_get(node, "_args_contain_nested_dag_node"))
+
+
 def bound_options(node: Any) -> dict[str, Any]:
     """A ClassNode's actor options, or a call's ``.options(...)``."""
     return dict(_get(node, "_bound_options"))
@@ -433,6 +449,12 @@ def declared_num_returns(method: Any) -> Any:
 def handle_id(handle: Any) -> str:
     """A live actor handle's actor id, in hex."""
     return str(_get(handle, "_ray_actor_id").hex())
+
+
+def call_in_actor(handle: Any, fn: Any) -> Any:
+    """``fn(actor_self)`` run inside the live actor (Ray's ``__ray_call__``, which Ray
+    Compiled Graph uses for the same questions); an ObjectRef of its result."""
+    return _get(handle, "__ray_call__").remote(fn)
 
 
 def handle_class(handle: Any) -> tuple[str, str]:

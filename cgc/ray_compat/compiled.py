@@ -13,9 +13,10 @@ Ray                              cgc
 ``_max_inflight_executions``     ``compile(capacity=)``, with ``at_capacity="raise"``
 ``_max_buffered_results``        ``start(max_buffered_results=)``
 ``_overlap_gpu_communication``   ``compile(overlap=)``
-``_default_communicator``        ``"create"``: ``communicator="auto"``; None: refused when
-                                 the graph needs a communicator; a ``Communicator`` object
-                                 is not supported (cgc binds its own)
+``_default_communicator``        ``"create"`` or a ``Communicator`` object (its actors are
+                                 checked as Ray checks them; cgc binds its own communicator
+                                 among them): ``communicator="auto"``; None: an accelerator
+                                 edge without a communicator of its own is refused (Ray's)
 ``DAGContext.get_timeout``       ``start(get_timeout=)``; ``teardown_timeout`` likewise
 ===============================  ==========================================================
 
@@ -29,13 +30,15 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import os
 from pathlib import Path
 from typing import Any
 
 from cgc.errors import CompileError, UnsupportedNodeError
 from cgc.plan_schema.errors import ConfigError
-from cgc.ray_compat.errors import to_ray_error
+from cgc.ray_compat.checks import COMPILED_TWICE, RayDag, check_compile_args, check_ray_dag
+from cgc.ray_compat.errors import RayWords, to_ray_error
 from cgc.ray_compat.refs import FOREVER_S, CgcDAGFuture, CgcDAGRef
 from cgc.runtime.errors import CgcError
 
@@ -53,27 +56,24 @@ def _timeout(value: float | None, default: float) -> float:
     return value if value > 0 else _IMMEDIATE
 
 
-def _check_not_compiled(node: Any) -> None:
-    """Ray refuses to compile a DAG twice, or a node of a DAG compiled before."""
-    from cgc.frontend import ray_private as rp
+def _profiling() -> dict[str, Any]:
+    """Ray's profiling switches (``ray.dag.constants``, read from the environment when Ray
+    is imported, as Ray reads them) as cgc's run options: ``RAY_CGRAPH_ENABLE_PROFILING``
+    -> ``ray_events`` (Ray's per-actor records in ``__ray_cgraph_events``),
+    ``RAY_CGRAPH_ENABLE_TORCH_PROFILING`` -> ``torch_profile`` into Ray's folder
+    ``compiled_graph_torch_profiles`` (relative to each actor's working directory, as
+    Ray's), ``RAY_CGRAPH_ENABLE_NVTX_PROFILING`` -> ``nvtx`` (both at once: a ValueError,
+    as cgc refuses them together)."""
+    from ray.dag import constants as rc
 
-    if getattr(node, "is_cgraph_output_node", False):
-        raise ValueError(
-            "experimental_compile() was already called on this DAG node (torn down or "
-            "not); reuse the compiled graph or build a new DAG")
-    seen: set[int] = set()
-    stack = list(rp.downstream(node))
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if getattr(n, "is_cgraph_output_node", False):
-            raise ValueError(
-                f"The DAG was compiled more than once: {type(n).__name__} called "
-                f"experimental_compile() on a DAG holding this {type(node).__name__}; "
-                "build a new DAG to compile a part of it")
-        stack.extend(rp.downstream(n))
+    out: dict[str, Any] = {}
+    if getattr(rc, "RAY_CGRAPH_ENABLE_PROFILING", False):
+        out["ray_events"] = True
+    if getattr(rc, "RAY_CGRAPH_ENABLE_TORCH_PROFILING", False):
+        out["torch_profile"] = "compiled_graph_torch_profiles"
+    if getattr(rc, "RAY_CGRAPH_ENABLE_NVTX_PROFILING", False):
+        out["nvtx"] = True
+    return out
 
 
 def compile_ray_dag(
@@ -91,41 +91,41 @@ def compile_ray_dag(
     Example: ``compiled = compile_ray_dag(dag, _max_inflight_executions=2)``.
 
     Raises:
-        ValueError: the DAG was compiled before, is invalid (cgc's message, naming the
-            node and its ``.bind()`` line), or a setting is out of range.
-        NotImplementedError: the DAG holds a node cgc cannot compile (a remote function),
-            or ``_default_communicator`` is a ``Communicator`` object.
+        ValueError: the DAG was compiled before or fails one of Ray's checks (Ray's
+            exception and message, ``cgc.ray_compat.checks``), is invalid in a way only
+            cgc checks (cgc's message, naming the node and its ``.bind()`` line), or a
+            setting is out of range.
+        NotImplementedError: the DAG holds a remote function (as Ray).
         cgc.runtime.PlacementError / SetupError: the graph could not start.
     """
     from ray.dag import DAGContext
 
     import cgc
 
-    _check_not_compiled(dag)
+    if getattr(dag, "is_cgraph_output_node", False):
+        raise ValueError(COMPILED_TWICE)
     dag.is_cgraph_output_node = True  # as Ray: even a failed compile uses the node up
     ctx = DAGContext.get_current()
-    if _default_communicator not in ("create", None):
-        raise NotImplementedError(
-            f"_default_communicator={_default_communicator!r}: cgc binds its own "
-            "communicators (NCCL between GPUs, CUDA IPC, CPU); pass 'create' (the default)")
+    check_compile_args(_buffer_size_bytes or ctx.buffer_size_bytes, _default_communicator)
+    ray_dag = check_ray_dag(dag, default_communicator=_default_communicator)
     capacity = _max_inflight_executions or ctx.max_inflight_executions
     overlap = _overlap_gpu_communication
     if overlap is None:
         overlap = ctx.overlap_gpu_communication
     try:
+        # allow_pickle: constants Ray passes by pickle (a torch.dtype, any object) travel
+        # pickled here too; the in-memory plan is the user's own, so it needs no signature.
         plan = cgc.compile(dag, name="ray_dag", capacity=capacity, at_capacity="raise",
-                           overlap=overlap)
+                           overlap=overlap, allow_pickle=True)
     except UnsupportedNodeError:
         raise
     except (CompileError, ConfigError) as exc:
         raise ValueError(str(exc)) from exc
-    if _default_communicator is None and len(plan.proto.lowered.communicators):
-        raise ValueError(
-            "_default_communicator=None, but the graph needs a communicator (NCCL edges or "
-            "collectives); pass 'create'")
+    submit_s = ctx.submit_timeout if _submit_timeout is None else _submit_timeout
     try:
         graph = plan.start(
-            submit_timeout=_timeout(_submit_timeout, ctx.submit_timeout),
+            **_profiling(),
+            submit_timeout=_timeout(submit_s, ctx.submit_timeout),
             get_timeout=_timeout(None, ctx.get_timeout),
             teardown_timeout=_timeout(None, ctx.teardown_timeout),
             max_buffered_results=_max_buffered_results or ctx.max_buffered_results,
@@ -133,7 +133,11 @@ def compile_ray_dag(
         )
     except ConfigError as exc:
         raise ValueError(str(exc)) from exc
-    return CompiledDAG(plan, graph, enable_asyncio)
+    except CgcError as exc:
+        raise to_ray_error(exc) from exc
+    return CompiledDAG(plan, graph, enable_asyncio, ray_dag, RayWords(
+        submit_timeout=submit_s, get_timeout=ctx.get_timeout,
+        max_inflight=capacity, max_buffered=_max_buffered_results or ctx.max_buffered_results))
 
 
 class CompiledDAG:
@@ -142,13 +146,27 @@ class CompiledDAG:
     ``cgc.runtime.CompiledGraph``, ``plan`` its plan (``plan.save(path)`` keeps it).
     """
 
-    def __init__(self, plan: Any, graph: Any, enable_asyncio: bool) -> None:
+    def __init__(self, plan: Any, graph: Any, enable_asyncio: bool,
+                 ray_dag: RayDag | None = None, words: RayWords | None = None) -> None:
         self.plan = plan
         self.graph = graph
         self._enable_asyncio = enable_asyncio
+        self._ray_dag = ray_dag
+        self._inputs = ray_dag.inputs if ray_dag is not None else None
+        self._words = words or RayWords()
+        # Ray's accounting of refs per execution (channel index; None for one output):
+        # fetched ("got") and dropped unfetched ("destructed"), until the runtime let go of
+        # the execution (see _result_buffer).
+        self._got: dict[int, set[int | None]] = {}
+        self._destructed: dict[int, set[int | None]] = {}
+        # Why a deque: refs are dropped in __del__, at any moment in any thread (the garbage
+        # collector); appending is atomic, the books are updated where they are read.
+        self._dropped_refs: collections.deque[tuple[int, int | None]] = collections.deque()
         self._multi = graph._multi
         self._get_timeout = graph.get_timeout
         self._torn_down = False
+        # As Ray's ray.shutdown() does with its compiled graphs' actors (kill_actors=True).
+        graph.kill_at_session_end = list(plan.live_handles.values())
 
     @property
     def is_teardown(self) -> bool:
@@ -170,12 +188,12 @@ class CompiledDAG:
                 ``cgc.ray_compat.errors``.
         """
         if self._enable_asyncio:
-            raise ValueError("this graph was compiled with enable_asyncio=True: use "
-                             "execute_async()")
+            raise ValueError("Use execute_async if enable_asyncio=True")
+        kwargs = self._ray_inputs(args, kwargs)
         try:
             out = self.graph.execute(*args, **kwargs)
         except CgcError as exc:
-            raise to_ray_error(exc) from exc
+            raise to_ray_error(exc, self._words) from exc
         if isinstance(out, list):
             return [CgcDAGRef(self, r) for r in out]
         return CgcDAGRef(self, out)
@@ -188,15 +206,88 @@ class CompiledDAG:
             The same errors as ``execute``.
         """
         if not self._enable_asyncio:
-            raise ValueError("this graph was compiled without enable_asyncio=True: use "
-                             "execute()")
+            raise ValueError("Use execute if enable_asyncio=False")
+        kwargs = self._ray_inputs(args, kwargs)
         try:
             out = await self.graph.execute_async(*args, **kwargs)
         except CgcError as exc:
-            raise to_ray_error(exc) from exc
+            raise to_ray_error(exc, self._words) from exc
         if isinstance(out, list):
             return [CgcDAGFuture(self, r) for r in out]
         return CgcDAGFuture(self, out)
+
+    # ------------------------------------------------------------------ Ray's accounting
+    def _note(self, book: dict[int, set[int | None]], e: int, ch: int | None) -> None:
+        book.setdefault(e, set()).add(ch)
+
+    def _after_get(self) -> None:
+        """As Ray after a get: free executions at the head whose refs were all dropped."""
+        try:
+            self.graph.release_dropped()
+        except CgcError:
+            pass  # a slow dropped execution keeps its place; the next get or execute frees it
+
+    def _dropped(self, e: int, ch: int | None) -> None:
+        """A ref of execution ``e`` went unfetched (its ``__del__``; lock-free)."""
+        self._dropped_refs.append((e, ch))
+
+    def _accounting(self) -> tuple[dict[int, dict[int, Any]], set[int]]:
+        """(the results held, executions the runtime still holds or has not read)."""
+        q = self._dropped_refs
+        while q:
+            self._note(self._destructed, *q.popleft())
+        held = self.graph.held_results()
+        upto = self.graph.read_upto
+        live = set(held) | {e for e in [*self._got, *self._destructed] if e >= upto}
+        for book in (self._got, self._destructed):
+            for e in [e for e in list(book) if e not in live]:
+                del book[e]
+        return held, live
+
+    @property
+    def _result_buffer(self) -> dict[int, dict[int, Any]]:
+        """Ray's result buffer: execution -> {channel index: value} of results read and
+        held for refs neither fetched nor dropped yet."""
+        held, _ = self._accounting()
+        out = {}
+        for e, vals in held.items():
+            done = self._got.get(e, set()) | self._destructed.get(e, set())
+            keep = {i: v for i, v in vals.items()
+                    if (i if self._multi else None) not in done}
+            if keep:
+                out[e] = keep
+        return out
+
+    @property
+    def _destructed_ref_idxs(self) -> dict[int, set[int | None]]:
+        """Ray's record of refs dropped unfetched, per execution still held."""
+        self._accounting()
+        return {e: set(s) for e, s in self._destructed.items()}
+
+    @property
+    def _got_ref_idxs(self) -> dict[int, set[int | None]]:
+        """Ray's record of refs fetched, per execution still held."""
+        self._accounting()
+        return {e: set(s) for e, s in self._got.items()}
+
+    @property
+    def _execution_index(self) -> int:
+        """The index of the last submitted execution (-1 before the first), as Ray's."""
+        return int(self.graph._submitted) - 1
+
+    @property
+    def _max_finished_execution_index(self) -> int:
+        """The last execution read completely from the output channels, as Ray's."""
+        return int(self.graph.read_upto) - 1
+
+    def _ray_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Ray's argument check (its words); keywords Ray would ignore are left out."""
+        if self._inputs is None:
+            return kwargs
+        self._inputs.check(args, kwargs)
+        if self._inputs.whole:
+            return kwargs
+        return {k: v for k, v in kwargs.items() if k in self._inputs.keywords}
 
     def teardown(self, kill_actors: bool = False) -> None:
         """Stop the graph; idempotent. Actors the DAG got as live handles stay alive
@@ -206,33 +297,44 @@ class CompiledDAG:
         if kill_actors:
             import ray
 
-            for handle in self.plan.live_handles.values():
-                ray.kill(handle)
+            from cgc.runtime.session import ray_calls
+
+            with ray_calls(self.graph.ray_session) as ok:
+                for handle in self.plan.live_handles.values() if ok else ():
+                    ray.kill(handle)
 
     def visualize(self, filename: str = "compiled_graph", format: str = "png",
                   view: bool = False, channel_details: bool = False) -> str:
-        """Draw the graph (cgc's view: actors, transports; ``channel_details`` adds the
-        schedule view) to ``filename.format``; ``format="ascii"`` returns text.
+        """Draw the graph as Ray 2.60 does (``cgc.ray_compat.ray_view``: Ray's task numbers,
+        labels and edges) to ``filename.format``; ``format="ascii"`` returns Ray's listing
+        followed by cgc's view of the plan. ``channel_details`` labels each edge with its
+        Ray type hint.
 
         Returns the DOT source for picture formats (as Ray does) or the ASCII text.
 
         Raises:
-            ValueError: an unknown format.
+            ValueError: an unknown format, or ``channel_details`` with ``"ascii"`` (as Ray).
             cgc.viz.RenderError: Graphviz is missing for a picture format.
         """
         from cgc import viz
+        from cgc.ray_compat.ray_view import ray_ascii, ray_dot
 
         proto = self.plan.proto
         if format == "ascii":
-            text = viz.ascii_view(proto)
             if channel_details:
-                text += "\n" + viz.schedule_ascii(proto)
+                raise ValueError(
+                    "Parameters 'channel_details' are not compatible with 'ascii' format.")
+            own = viz.ascii_view(proto)
+            text = ray_ascii(self._ray_dag, own) if self._ray_dag is not None else own
             if view:
                 print(text)
             return text
         if format not in viz.FORMATS:
             raise ValueError(f"format {format!r}: use one of {', '.join(viz.FORMATS)} or 'ascii'")
-        dot = viz.schedule_dot(proto) if channel_details else viz.graph_dot(proto)
+        if self._ray_dag is not None:
+            dot = ray_dot(self._ray_dag, channel_details)
+        else:
+            dot = viz.schedule_dot(proto) if channel_details else viz.graph_dot(proto)
         out = viz.render(dot, Path(f"{os.fspath(filename)}.{format}"))
         if view:
             import webbrowser
@@ -249,4 +351,4 @@ class CompiledDAG:
             pass
 
     def __str__(self) -> str:
-        return f"CompiledDAG(cgc {self.get_id()}, {self.graph!r})"
+        return f"CompiledDAG({self.get_id()})"  # as Ray prints its own

@@ -46,9 +46,19 @@ def _wrap(obj: CgcDAGRef | CgcDAGFuture, dag: Any, ref: Any) -> None:
 
 
 def _describe(obj: CgcDAGRef | CgcDAGFuture, ray_name: str) -> str:
-    """``str()`` of either ref type, in Ray's form, naming the cgc graph."""
-    return (f"{ray_name}(cgc {obj._dag.get_id()}, execution_index="
+    """``str()`` of either ref type, exactly as Ray prints its own (the id is the graph's)."""
+    return (f"{ray_name}({obj._dag.get_id()}, execution_index="
             f"{obj._execution_index}, channel_index={obj._channel_index})")
+
+
+def _named_as_ray(cls: type, ray_cls: type) -> type:
+    """Give ``cls`` the name of the Ray class it stands in for: Ray's own messages name the
+    type (``ray.wait(ref)``: "expected a list of ray.ObjectRef ..., got <class
+    'ray.experimental.compiled_dag_ref.CompiledDAGRef'>"), and a Ray program sees Ray's."""
+    cls.__module__ = ray_cls.__module__
+    cls.__name__ = ray_cls.__name__
+    cls.__qualname__ = ray_cls.__qualname__
+    return cls
 
 
 class CgcDAGRef(CompiledDAGRef):
@@ -68,19 +78,30 @@ class CgcDAGRef(CompiledDAGRef):
             ActorDiedError: see ``cgc.ray_compat.errors``.
         """
         if self._ref._done:
-            raise ValueError(
-                f"{self}: ray.get() was already called on this ref; each CompiledDAGRef "
-                "can be fetched once")
+            raise ValueError("ray.get() can only be called once on a CompiledDAGRef, and it "
+                             "was already called.")
         self._ray_get_called = True
+        dag = self._dag
         try:
-            return self._ref.get(_cgc_timeout(timeout, self._dag._get_timeout))
+            value = self._ref.get(_cgc_timeout(timeout, dag._get_timeout))
         except CgcError as exc:
+            if self._ref._done:  # the app's error: the ref is used up
+                dag._note(dag._got, self._execution_index, self._channel_index)
+                dag._after_get()
             # A timeout or a full buffer loses nothing: unlike Ray, the ref can be fetched
             # again; once a value or the app's error was returned, it cannot.
-            raise to_ray_error(exc) from exc
+            raise to_ray_error(exc, dag._words) from exc
+        dag._note(dag._got, self._execution_index, self._channel_index)
+        dag._after_get()
+        return value
 
     def __del__(self) -> None:
-        pass  # the wrapped cgc Ref frees an unfetched result when it goes
+        # The wrapped cgc Ref frees an unfetched result when it goes; Ray's books note it.
+        try:
+            if not self._ref._done and not self._dag.is_teardown:
+                self._dag._dropped(self._execution_index, self._channel_index)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
     def __str__(self) -> str:
         return _describe(self, "CompiledDAGRef")
@@ -96,18 +117,31 @@ class CgcDAGFuture(CompiledDAGFuture):
 
     def __await__(self) -> Generator[Any, None, Any]:
         if self._awaited:
-            raise ValueError(f"{self}: it was already awaited; each future can be awaited once")
+            raise ValueError("CompiledDAGFuture can only be awaited upon once, and it has "
+                             "already been awaited upon.")
         self._awaited = True
         return self._wait().__await__()
 
     async def _wait(self) -> Any:
+        dag = self._dag
         try:
             return await self._ref
         except CgcError as exc:
-            raise to_ray_error(exc) from exc
+            raise to_ray_error(exc, dag._words) from exc
+        finally:
+            if self._ref._done:
+                dag._note(dag._got, self._execution_index, self._channel_index)
 
     def __del__(self) -> None:
-        pass  # as CgcDAGRef
+        try:  # as CgcDAGRef
+            if not self._ref._done and not self._dag.is_teardown:
+                self._dag._dropped(self._execution_index, self._channel_index)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
     def __str__(self) -> str:
         return _describe(self, "CompiledDAGFuture")
+
+
+_named_as_ray(CgcDAGRef, CompiledDAGRef)
+_named_as_ray(CgcDAGFuture, CompiledDAGFuture)

@@ -186,12 +186,14 @@ def test_bucketed_allreduce_returns_per_member_lists():
         (a0, b0), (a1, b1) = allreduce.bind([xs, ys])
         dag = MultiOutputNode([a0, b0, a1, b1])
     g = trace(dag).graph
-    member = g.nodes[g.collectives[0].nodes[0]]
-    assert member.num_returns == 2 and len(member.args) == 2
-    assert [(a.ref.node, a.ref.output_index) for a in g.nodes[-1].args][:2] == [
-        (member.id, 0),
-        (member.id, 1),
-    ]
+    # One collective per bucket, each with one member per actor, in the actors' order.
+    assert len(g.collectives) == 2
+    members = [[g.nodes[n] for n in c.nodes] for c in g.collectives]
+    assert [[m.actor for m in c] for c in members] == [["worker0", "worker1"]] * 2
+    assert all(m.num_returns == 1 and len(m.args) == 1 for c in members for m in c)
+    sources = {m.id: g.nodes[m.args[0].ref.node].name for c in members for m in c}
+    assert [sources[a.ref.node] for a in g.nodes[-1].args] == [
+        "worker0.grad#0", "worker0.fwd#1", "worker1.grad#0", "worker1.fwd#1"]
 
 
 def test_tensor_hints():

@@ -162,8 +162,12 @@ def test_function_nodes_are_refused():
 
 
 def test_live_handles_become_external_actors(ray_cluster):
-    h = RayWorker.options(name="live_w", namespace="cgc_test").remote()
-    h2 = RayWorker.remote()
+    # Placeable live actors: what each holds is read from it when the graph is traced.
+    # (Ray's workers cannot import this test folder: its classes travel by value.)
+    ray.cloudpickle.register_pickle_by_value(m)
+    live = ray.remote(num_cpus=0)(m.Worker)
+    h = live.options(name="live_w", namespace="cgc_test", num_cpus=0.5).remote()
+    h2 = live.remote()
     try:
         with RayInput() as inp:
             a = h.fwd.bind(inp)
@@ -178,11 +182,17 @@ def test_live_handles_become_external_actors(ray_cluster):
         assert res.live_handles[named.name] is h
         assert res.classes[named.name] is m.Worker
         assert [n.bind_index for n in g.nodes if n.actor == named.name] == [0, 1]
+        node_id = ray.get_runtime_context().get_node_id()
+        held = {a.name: a.external.placement for a in g.actors}
+        assert all(p.observed and p.node_id == node_id and not p.gpu_ids
+                   for p in held.values())
+        assert [(r.name, r.amount) for r in held[named.name].resources] == [("CPU", 0.5)]
         with RayInput() as inp2:
             r0, r1 = ray_allreduce.bind([h.grad.bind(inp2), h2.grad.bind(inp2)])
         g2 = trace(RayMulti([r0, r1])).graph
         assert len(g2.collectives) == 1 and g2.collectives[0].hint.transport == pb.NCCL
     finally:
+        ray.cloudpickle.unregister_pickle_by_value(m)
         ray.kill(h)
         ray.kill(h2)
 
@@ -206,3 +216,15 @@ def test_recording_does_not_import_ray_and_patches_modules_imported_inside():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_live_actor_that_never_answers_is_named_after_the_timeout(ray_cluster):
+    from cgc.frontend.live_actors import observe
+
+    pending = RayWorker.options(resources={"cgc_test_never_scheduled": 1}).remote()
+    try:
+        with pytest.raises(CompileError, match=r"model\.py:3: live actor Worker \(id [0-9a-f]+\) "
+                                               r"did not say what it holds within 1 s"):
+            observe([pending], ["Worker"], ["model.py:3"], timeout_s=1.0)
+    finally:
+        ray.kill(pending)

@@ -21,10 +21,10 @@ def test_indices_and_str(cls, ray_name):
     cgc_ref = SimpleNamespace(exec_index=3, output_index=1, _done=False)
     one = cls(_dag(False), cgc_ref)
     assert (one._execution_index, one._channel_index) == (3, None)
-    assert str(one) == f"{ray_name}(cgc g7, execution_index=3, channel_index=None)"
+    assert str(one) == f"{ray_name}(g7, execution_index=3, channel_index=None)"
     multi = cls(_dag(True), cgc_ref)
     assert multi._channel_index == 1
-    assert str(multi) == f"{ray_name}(cgc g7, execution_index=3, channel_index=1)"
+    assert str(multi) == f"{ray_name}(g7, execution_index=3, channel_index=1)"
 
 
 def test_ray_timeouts_in_cgc_terms():

@@ -1,0 +1,79 @@
+"""Ray GPU programs through ``cgc.ray_compat`` on one real GPU: live actors from
+``ray.remote(num_gpus=0.5)(Cls).remote()`` share it, so their device edges and collectives
+bind to CUDA IPC; with the test-only fake-hosts mode (``CGC_NCCL_FAKE_HOSTS=1``) the same
+programs run over real NCCL, two ranks on the one device. Every value equals the same
+compute in one process (integer weights: exact on any device), tensors arrive on the GPU
+where the hints say so, and the live actors outlive each graph.
+
+The programs are ``tests/ray_compat/ray_gpu_programs.py`` (on CPU with logical GPUs:
+``tests/ray_compat/test_compat_gpu_actors.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ray_compat"))
+
+import ray_gpu_programs as progs  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compat(ray_cluster):
+    import ray
+
+    import cgc.ray_compat
+
+    ray.cloudpickle.register_pickle_by_value(progs)
+    cgc.ray_compat.install()
+    yield
+    cgc.ray_compat.uninstall()
+    ray.cloudpickle.unregister_pickle_by_value(progs)
+
+
+def _check(rep: progs.Report, transport: str) -> None:
+    assert rep.outputs == rep.reference
+    assert rep.bindings == [transport]
+    assert rep.alive_after, "a live actor did not outlive the graph's teardown"
+
+
+def test_issue_program_two_live_half_gpu_actors_nccl_edge(transport):
+    """The issue's program: ``with_tensor_transport("nccl")`` between two live actors on
+    one GPU; the reader gets the tensor on the GPU."""
+    rep = progs.run_nccl_pipeline(0.5)
+    _check(rep, transport)
+    assert rep.channels[1] == "stage0->stage1:nccl"
+    assert rep.held["stage0"] == rep.held["stage1"] and len(rep.held["stage0"]) == 1
+    assert rep.reference[0][1] == "cuda"
+
+
+def test_collectives_on_live_gpu_actors(transport):
+    _check(progs.run_collectives(0.5), transport)
+
+
+def test_device_hints_on_live_gpu_actors(transport):
+    rep = progs.run_device_hints(0.5)
+    _check(rep, transport)
+    assert [d for _, d in rep.outputs[0]] == ["cpu", "cuda", "cuda", "cuda"]
+
+
+def test_auto_transport_between_live_gpu_actors(transport):
+    rep = progs.run_auto_transport(0.5)
+    _check(rep, transport)
+    assert "stage1->stage0:nccl" in rep.channels and "stage1->stage2:host" in rep.channels
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_overlap_flag_on_live_gpu_actors(transport, flag):
+    rep = progs.run_overlap(0.3, flag)  # three stages on one GPU
+    _check(rep, transport)
+    assert rep.overlap is flag and (rep.comm_stream_ops > 0) is flag
+
+
+def test_torch_tensor_type_hint_on_live_gpu_actors(transport):
+    _check(progs.run_tensor_type_hint(0.5), transport)

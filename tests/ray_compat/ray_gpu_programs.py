@@ -1,0 +1,263 @@
+"""Ray Compiled Graph GPU programs written as Ray users write them — live actors from
+``ray.remote(num_gpus=...)(Cls)`` and ``Cls.remote()``, Ray's tensor hints, Ray's
+collectives — each run through ``cgc.ray_compat`` and against the same compute done in one
+process.
+
+Used by ``tests/ray_compat`` (a Ray with logical GPUs on a CPU machine: the communicators
+bind to the CPU communicator) and ``tests/gpu`` (one real GPU: actors at ``num_gpus=0.5``
+share it, CUDA IPC, or NCCL in the fake-hosts test mode). The caller has Ray initialized
+with enough GPUs and ``cgc.ray_compat`` installed. Each ``run_*`` function makes its live
+actors, compiles with ``dag.experimental_compile()``, runs a few executions, tears the
+graph down, checks the live actors outlived it, kills them, and returns a ``Report``.
+
+Weights and inputs are small integers, so every sum is exact in float32 on any device:
+"equal to the single-process run" means equal, bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+from ray.dag import InputNode, MultiOutputNode
+from ray.experimental.channel.torch_tensor_type import TorchTensorType
+from ray.experimental.collective import allreduce, reducescatter
+from ray.experimental.util.types import ReduceOp
+
+WIDTH = 16
+INPUTS = ([1, -2, 3, 0] * 4, [2] * WIDTH, list(range(-8, 8)))
+
+
+def device() -> str:
+    """Where an actor computes: the GPU Ray gave it, else the CPU (Ray's logical GPUs)."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Stage:
+    """One pipeline stage, ``relu(x @ W)``, with fixed-seed integer weights."""
+
+    def __init__(self, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.w = torch.randint(-2, 3, (WIDTH, WIDTH), generator=g).float()
+
+    def fwd(self, x: Any) -> torch.Tensor:
+        t = torch.as_tensor(x, dtype=torch.float32)
+        t = t.to(device()) if not isinstance(x, torch.Tensor) else t
+        return torch.relu(t @ self.w.to(t.device))
+
+    def out(self, t: torch.Tensor) -> tuple[list[float], str]:
+        """The stage's result for the driver, and where the input tensor arrived."""
+        return self.fwd(t).cpu().tolist(), t.device.type
+
+    def value(self, t: torch.Tensor) -> list[float]:
+        """The stage's result alone (where the input arrived depends on what the actor
+        sees: Ray hides no GPU from an actor that asked for none)."""
+        return self.fwd(t).cpu().tolist()
+
+    def ping(self) -> str:
+        return "alive"
+
+
+class Rank:
+    """A data-parallel rank: integer "gradients" that depend on its rank."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def grad(self, x: Any) -> torch.Tensor:
+        t = torch.as_tensor(x, dtype=torch.float32).to(device())
+        return t * (self.rank + 1)
+
+    def grad2(self, x: Any) -> torch.Tensor:
+        return self.grad(x)[:4] * 10 + self.rank
+
+    def show(self, t: torch.Tensor) -> tuple[list[float], str]:
+        return t.cpu().tolist(), t.device.type
+
+    def ping(self) -> str:
+        return "alive"
+
+
+@dataclass
+class Report:
+    """What one program did through cgc, and what one process computes for it."""
+
+    outputs: list[Any] = field(default_factory=list)   # per execution, as ray.get gave it
+    reference: list[Any] = field(default_factory=list)  # the same, computed in one process
+    bindings: list[str] = field(default_factory=list)   # communicator transports (sorted)
+    channels: list[str] = field(default_factory=list)   # "writer->readers:kind", plan order
+    overlap: bool = False                                # the plan's schedule overlaps
+    comm_stream_ops: int = 0                             # ops the plan puts on the comm stream
+    alive_after: bool = False                            # every live actor outlived teardown
+    held: dict[str, list[str]] = field(default_factory=dict)  # actor -> GPU ids in the plan
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _tolist(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v.cpu().tolist()
+    if isinstance(v, (list, tuple)):
+        return [_tolist(x) for x in v]
+    return v
+
+
+def _run(dag: Any, handles: list[Any], inputs: Any, compile_kw: dict[str, Any] | None = None
+         ) -> Report:
+    """Compile ``dag`` through the drop-in, run ``inputs``, tear down; fill the report."""
+    from cgc.plan_schema import plan_pb2 as pb
+
+    try:
+        compiled = dag.experimental_compile(**(compile_kw or {}))
+    except BaseException:
+        # the live actors hold the logical GPUs: the next program's actors would wait for them
+        for h in handles:
+            ray.kill(h)
+        raise
+    rep = Report()
+    try:
+        for x in inputs:
+            rep.outputs.append(_tolist(ray.get(compiled.execute(x), timeout=120)))
+        proto = compiled.plan.proto
+        rep.bindings = sorted({b.transport for b in compiled.graph.comm_bindings.values()})
+        kind = {pb.CHAN_HOST: "host", pb.CHAN_NCCL: "nccl"}
+        rep.channels = [f"{c.writer}->{','.join(c.readers)}:{kind[c.kind]}"
+                        for c in proto.lowered.channels]
+        rep.overlap = proto.lowered.schedule.overlap
+        rep.comm_stream_ops = sum(op.stream == pb.COMM_STREAM for p in proto.lowered.programs
+                                  for op in p.ops)
+        rep.held = {a.name: list(a.external.placement.gpu_ids) for a in proto.graph.actors}
+    finally:
+        compiled.teardown()
+    try:
+        rep.alive_after = ray.get([h.ping.remote() for h in handles], timeout=60) == [
+            "alive"] * len(handles)
+    finally:
+        for h in handles:
+            ray.kill(h)
+    return rep
+
+
+def run_nccl_pipeline(num_gpus: float) -> Report:
+    """The issue's program: two live stages, one ``with_tensor_transport("nccl")`` edge."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        dag = b.out.bind(a.fwd.bind(inp).with_tensor_transport("nccl"))
+    rep = _run(dag, [a, b], INPUTS)
+    ra, rb = Stage(0), Stage(1)
+    rep.reference = [[rb.out(ra.fwd(x))[0], device()] for x in INPUTS]
+    return rep
+
+
+def run_collectives(num_gpus: float) -> Report:
+    """``ray.experimental.collective``: an allreduce (SUM), a bucketed allreduce (AVG over
+    two tensor lists) and a reducescatter (MAX) among two live ranks."""
+    R = ray.remote(num_gpus=num_gpus)(Rank)
+    ws = [R.remote(r) for r in range(2)]
+    with InputNode() as inp:
+        g1 = [w.grad.bind(inp) for w in ws]
+        g2 = [w.grad2.bind(inp) for w in ws]
+        summed = allreduce.bind(g1, op=ReduceOp.SUM)
+        (a0, b0), (a1, b1) = allreduce.bind([g1, g2], op=ReduceOp.AVG)
+        scattered = reducescatter.bind(g1, op=ReduceOp.MAX)
+        outs = [w.show.bind(v) for w, v in zip(ws, summed, strict=True)]
+        outs += [w.show.bind(v) for w, v in zip(ws, (a0, b0, a1, b1)[::2], strict=True)]
+        outs += [w.show.bind(v) for w, v in zip(ws, (a0, b0, a1, b1)[1::2], strict=True)]
+        outs += [w.show.bind(v) for w, v in zip(ws, scattered, strict=True)]
+        dag = MultiOutputNode(outs)
+    rep = _run(dag, ws, INPUTS)
+    local = [Rank(r) for r in range(2)]
+    for x in INPUTS:
+        p1 = [w.grad(x).cpu() for w in local]
+        p2 = [w.grad2(x).cpu() for w in local]
+        full_max = torch.maximum(*p1)
+        half = WIDTH // 2
+        want = [(p1[0] + p1[1]).tolist()] * 2 + [((p1[0] + p1[1]) / 2).tolist()] * 2
+        want += [((p2[0] + p2[1]) / 2).tolist()] * 2
+        want += [full_max[:half].tolist(), full_max[half:].tolist()]
+        rep.reference.append([[w, device()] for w in want])
+    return rep
+
+
+def run_device_hints(num_gpus: float) -> Report:
+    """``device=`` on tensor hints between two GPU actors: "cpu" delivers on the CPU,
+    "gpu"/"cuda" on the reader's GPU, "default" where the sender had it."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        t = a.fwd.bind(inp)
+        to_cpu = a.fwd.bind(inp).with_tensor_transport(device="cpu")
+        to_gpu = a.fwd.bind(inp).with_tensor_transport("shm", device="gpu")
+        to_cuda = a.fwd.bind(inp).with_tensor_transport(device="cuda")
+        kept = t.with_tensor_transport("nccl", device="default")
+        dag = MultiOutputNode([b.out.bind(x) for x in (to_cpu, to_gpu, to_cuda, kept)])
+    rep = _run(dag, [a, b], INPUTS)
+    ra, rb = Stage(0), Stage(1)
+    gpu = device()
+    rep.reference = [[[rb.out(ra.fwd(x))[0], d] for d in ("cpu", gpu, gpu, gpu)]
+                     for x in INPUTS]
+    return rep
+
+
+def run_auto_transport(num_gpus: float) -> Report:
+    """``with_tensor_transport()`` (Ray's "auto"): between two GPU actors a device edge
+    (NCCL, or CUDA IPC on a shared GPU), to a CPU-only actor and to the driver host memory."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    c = ray.remote(num_cpus=0)(Stage).remote(2)
+    with InputNode() as inp:
+        t = a.fwd.bind(inp).with_tensor_transport()
+        to_driver = b.fwd.bind(inp).with_tensor_transport()
+        dag = MultiOutputNode([b.out.bind(t), c.value.bind(t), to_driver])
+    rep = _run(dag, [a, b, c], INPUTS)
+    ra, rb, rc = Stage(0), Stage(1), Stage(2)
+    rep.reference = [[[rb.out(ra.fwd(x))[0], device()], rc.value(ra.fwd(x)),
+                      rb.fwd(x).tolist()] for x in INPUTS]
+    return rep
+
+
+def run_overlap(num_gpus: float, overlap: bool) -> Report:
+    """A three-stage NCCL pipeline compiled with ``_overlap_gpu_communication``."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    st = [S.remote(i) for i in range(3)]
+    with InputNode() as inp:
+        h = st[0].fwd.bind(inp).with_tensor_transport("nccl")
+        h = st[1].fwd.bind(h).with_tensor_transport("nccl")
+        dag = MultiOutputNode([st[2].out.bind(h), st[1].fwd.bind(inp)])
+    rep = _run(dag, st, INPUTS, {"_overlap_gpu_communication": overlap})
+    loc = [Stage(i) for i in range(3)]
+    rep.reference = [[[loc[2].out(loc[1].fwd(loc[0].fwd(x)))[0], device()],
+                      loc[1].fwd(x).tolist()] for x in INPUTS]
+    return rep
+
+
+def run_tensor_type_hint(num_gpus: float) -> Report:
+    """A ``TorchTensorType`` hint set as Ray 2.60 takes one (``node.type_hint = ...``):
+    accelerator transport, static shape, direct return."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        t = a.fwd.bind(inp)
+        t.type_hint = TorchTensorType(transport="accelerator", _static_shape=True,
+                                      _direct_return=True)
+        dag = b.out.bind(t)
+    rep = _run(dag, [a, b], INPUTS)
+    ra, rb = Stage(0), Stage(1)
+    rep.reference = [[rb.out(ra.fwd(x))[0], device()] for x in INPUTS]
+    return rep
+
+
+PROGRAMS = {
+    "nccl_pipeline_half": lambda: run_nccl_pipeline(0.5),
+    "nccl_pipeline_one": lambda: run_nccl_pipeline(1),
+    "collectives": lambda: run_collectives(0.5),
+    "device_hints": lambda: run_device_hints(0.5),
+    "auto_transport": lambda: run_auto_transport(0.5),
+    "overlap_on": lambda: run_overlap(0.5, True),
+    "overlap_off": lambda: run_overlap(0.5, False),
+    "tensor_type_hint": lambda: run_tensor_type_hint(0.5),
+}
