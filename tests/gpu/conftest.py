@@ -37,6 +37,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(params=["cuda_ipc", "nccl"])
+def transport(request, monkeypatch):
+    """The binding a plan's communicators must get on one GPU: CUDA IPC, or real NCCL with
+    two ranks on the one device in the test-only fake-hosts mode."""
+    from cgc.runtime.gpu.binding import FAKE_HOSTS_ENV
+
+    if request.param == "nccl":
+        monkeypatch.setenv(FAKE_HOSTS_ENV, "1")
+    else:
+        monkeypatch.delenv(FAKE_HOSTS_ENV, raising=False)
+    return request.param
+
+
 @pytest.fixture
 def prefix():
     """A unique shared-memory name prefix; the test fails if segments are left under it."""
