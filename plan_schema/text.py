@@ -225,6 +225,8 @@ def _node_line(n: pb.Node) -> str:
         t = _name(pb.Transport, h.hint.transport, f"node %{n.id} transport hint").lower()
         dev = _name(pb.Device, h.hint.device, f"node %{n.id} device hint").lower()
         extra += f" hint[{h.output_index}]={t}" + (f"/{dev}" if h.hint.device else "")
+    if n.cuda_graph:
+        extra += " cuda_graph"
     return f"  %{n.id} = {n.name or kind.lower()}({args}){extra}{_loc(n.loc)}"
 
 
@@ -238,6 +240,10 @@ def _actor_line(a: pb.Actor) -> str:
         if (a.external.name or a.external.actor_id)
         else ""
     )
+    held = a.external.placement
+    if held.observed:  # what a live actor held when compiled
+        ext += " held=" + (",".join(f"{r.name}:{r.amount:g}" for r in held.resources) or "-")
+        ext += f" gpus={','.join(held.gpu_ids)}" if held.gpu_ids else ""
     return f"  {a.name}: {cls}({len(a.ctor_args)} args) {' '.join(opts)}{ext}".rstrip()
 
 
@@ -293,6 +299,11 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
     depths = [f"{p.actor}={p.wake_depth}" for p in low.programs if p.wake_depth]
     if depths:
         out.append(f"wake depths: {' '.join(depths)}")
+    captured = [f"{p.actor}=" + ",".join(format_op(p.ops[i]) if i < len(p.ops) else f"op{i}?"
+                                         for i in p.captured_ops)
+                for p in low.programs if p.captured_ops]
+    if captured:  # each a region of its own: one CUDA graph replayed per execution
+        out.append(f"cuda graphs: {' '.join(captured)}")
     at_cap = _name(pb.AtCapacity, cfg.at_capacity, "ExecConfig.at_capacity")
     out.append(
         f"config: capacity={cfg.capacity} at_capacity={at_cap.removeprefix('AT_CAPACITY_').lower()} "

@@ -9,7 +9,8 @@ from __future__ import annotations
 __all__ = ["FORMAT_MAJOR", "FORMAT_MINOR", "CGC_VERSION", "PRODUCER", "MAGIC"]
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 2  # 1: ClassRef.pickled_class; 2: Program.wake_depth
+FORMAT_MINOR = 4  # 1: ClassRef.pickled_class; 2: Program.wake_depth; 3: ExternalActor.placement;
+# 4: Node.cuda_graph, Program.captured_ops
 CGC_VERSION = "0.1.0"
 PRODUCER = f"cgc {CGC_VERSION}"
 # PNG-style magic: the high byte catches 7-bit transfers, the newline catches text-mode ones.

@@ -29,7 +29,7 @@ from cgc.runtime.executor import (
 )
 
 __all__ = ["setup_probe", "setup_writers", "setup_start", "wait_loop", "stop_loop",
-           "where_blocked", "collect_trace"]
+           "where_blocked", "collect_trace", "cuda_graph_stats"]
 
 # Called as actor.__ray_call__.remote(fn, ...): ``self`` is the actor instance.
 
@@ -159,3 +159,10 @@ def collect_trace(self: Any, gid: str) -> dict | None:
         return None
     return {"pid": os.getpid(), "clock_ns": time.monotonic_ns(),
             "prologue": recs[0].snapshot(), "events": recs[1].snapshot()}
+
+
+def cuda_graph_stats(self: Any, gid: str) -> dict[str, Any]:
+    """This actor's captured calls of graph ``gid``: captures, replays, eager runs, why."""
+    with LOOPS_LOCK:
+        loop = LOOPS.get(gid)
+    return {} if loop is None else loop.graph_stats()

@@ -42,7 +42,16 @@ from cgc.plan_schema.values import decode_value
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
 
-__all__ = ["ActorHost", "host_class", "ray_actor_name", "user_object", "make_actors", "load_class"]
+__all__ = [
+    "ActorHost",
+    "ClassMismatchError",
+    "host_class",
+    "ray_actor_name",
+    "user_object",
+    "make_actors",
+    "load_class",
+    "ctor_arguments",
+]
 
 _INSTANCE_ATTR = "_cgc_instance_"
 
@@ -61,11 +70,38 @@ def _unwrap(obj: Any) -> Any:
     return getattr(obj, "__wrapped__", obj)
 
 
+def ctor_arguments(actor: pb.Actor) -> tuple[list[Any], dict[str, Any]]:
+    """The actor's constructor arguments, decoded (pickled ones are unpickled: call only
+    after the plan's trust gate).
+
+    Example: ``ctor_arguments(plan.graph.actors[0]) == ([], {})`` for ``Echo.bind()``.
+
+    Raises:
+        ValueDecodeError: a value cannot be decoded (named: ``actor w0 ctor_args[1]``).
+    """
+    what = f"actor {actor.name}"
+    args = [decode_value(v, f"{what} ctor_args[{i}]") for i, v in enumerate(actor.ctor_args)]
+    kwargs = {nv.name: decode_value(nv.value, f"{what} ctor_kwargs[{nv.name!r}]")
+              for nv in actor.ctor_kwargs}
+    return args, kwargs
+
+
+class ClassMismatchError(ImportError):
+    """A plan's class name leads to something other than a class defined where it says."""
+
+
 def load_class(module: str, qualname: str, source: str = "", source_file: str = "") -> type:
-    """Import ``module`` (or build it from ``source``) and return ``qualname`` in it.
+    """Import ``module`` (or build it from ``source``) and return the class ``qualname``
+    defined in it.
+
+    The object found must be a class whose own ``__module__`` and ``__qualname__`` are the
+    ones asked for. Why: the trust rules vouch for a plan by the modules its classes come
+    from, and ``mypkg`` + ``subprocess.Popen`` would otherwise reach ``subprocess``
+    through ``mypkg``'s imports.
 
     Raises:
         ImportError: the module or the class is not there.
+        ClassMismatchError: the name leads to something that is not a class defined there.
     """
     if source:
         register({module: (source, source_file or f"<cgc {module}>")})
@@ -76,7 +112,14 @@ def load_class(module: str, qualname: str, source: str = "", source_file: str = 
             obj = getattr(obj, part)
         except AttributeError:
             raise ImportError(f"{module} has no {qualname}") from None
-    return _unwrap(obj)
+    cls = _unwrap(obj)
+    if not isinstance(cls, type):
+        raise ClassMismatchError(f"{module}.{qualname} is a {type(cls).__name__}, not a class")
+    home = (getattr(cls, "__module__", None), getattr(cls, "__qualname__", None))
+    if home != (module, qualname):
+        raise ClassMismatchError(f"{module}.{qualname} is the class {home[0]}.{home[1]}, defined in "
+                          f"another module than the plan names")
+    return cls
 
 
 class ActorHost:
@@ -97,8 +140,7 @@ class ActorHost:
             embedded = pb.EmbeddedModule.FromString(module_bytes)
             source, file = embedded.source, embedded.source_file
         cls = load_class(actor.cls.module, actor.cls.qualname, source, file)
-        args = [decode_value(v) for v in actor.ctor_args]
-        kwargs = {nv.name: decode_value(nv.value) for nv in actor.ctor_kwargs}
+        args, kwargs = ctor_arguments(actor)
         setattr(self, _INSTANCE_ATTR, cls(*args, **kwargs))
 
     def __repr__(self) -> str:
@@ -282,17 +324,21 @@ def make_actors(
         if cls is None and embedded is None:
             try:
                 cls = load_class(actor.cls.module, actor.cls.qualname)
+            except ClassMismatchError as exc:
+                raise SetupError(f"actor {actor.name}: {exc}") from None
             except Exception:  # noqa: BLE001 - maybe only importable on the actors
                 cls = None
         if cls is not None:
-            args = [decode_value(v) for v in actor.ctor_args]
-            kwargs = {nv.name: decode_value(nv.value) for nv in actor.ctor_kwargs}
+            args, kwargs = ctor_arguments(actor)
             rc = _remote_class(_unwrap(cls))
         else:
             module_bytes = embedded.SerializeToString() if embedded is not None else b""
             args, kwargs = [actor.SerializeToString(), module_bytes, other_modules], {}
             rc = _remote_class(host_class(actor.cls.qualname))
         by_value = _module_hidden_from_workers(cls) if cls is not None else None
+        if by_value is not None and by_value.__name__ in \
+                cloudpickle.list_registry_pickle_by_value():
+            by_value = None  # the user ships it by value already: theirs to unregister
         try:
             if by_value is not None:  # Ray pickles the class when the actor is created
                 cloudpickle.register_pickle_by_value(by_value)

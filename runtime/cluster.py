@@ -21,14 +21,17 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.errors import PlacementError, SetupError
 
 __all__ = ["RayInfo", "ensure_ray", "actor_demand", "plan_totals", "check_placement",
-           "gpu_notice", "ray_session"]
+           "gpu_notice", "ray_session", "local_ray_sizing",
+           "forget_local_ray"]
 
 log = logging.getLogger("cgc.runtime")
 
@@ -105,15 +108,9 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
             # cluster /tmp/ray/ray_current_cluster or RAY_ADDRESS names - on a shared
             # machine possibly another user's.
             kwargs["address"] = "local"
-            total = plan_totals(plan)
-            kwargs["num_cpus"] = max(os.cpu_count() or 1, int(total.get("CPU", 0.0) + 0.999))
-            custom = {k: v for k, v in total.items() if k not in ("CPU", "GPU", "memory")}
-            if custom:
-                kwargs["resources"] = custom
-            gpus = total.get("GPU", 0.0)
-            if gpus and not local_gpu_count():
-                kwargs["num_gpus"] = int(gpus + 0.999)
-                logical = True
+            sizing = local_ray_sizing(plan)
+            kwargs.update(sizing)
+            logical = "num_gpus" in sizing
         else:
             kwargs["address"] = address
         try:
@@ -133,6 +130,32 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
     # plan for more GPUs than the machine has still runs (e.g. a 2-GPU plan on one GPU).
     drop = not declared or (has_gpus and communicator == "cpu")
     return RayInfo(started, has_gpus, drop, ray.get_runtime_context().get_node_id(), logical)
+
+
+def local_ray_sizing(plan: pb.Plan, gpus_here: int | None = None) -> dict[str, Any]:
+    """``ray.init`` sizes for the local Ray cgc starts for ``plan`` (module doc): logical
+    CPUs, the custom resources, and logical GPUs when this machine has none (``gpus_here``
+    defaults to ``local_gpu_count()``).
+
+    Example: ``local_ray_sizing(plan)["num_cpus"] >= 2`` for a two-actor plan.
+
+    Raises:
+        SetupError: an amount that is not a finite number >= 0 (the structure check refuses
+            such plans; this guards plans that were never checked).
+    """
+    total = plan_totals(plan)
+    for k, v in total.items():
+        if not math.isfinite(v) or v < 0:
+            raise SetupError(f"plan {plan.name!r} asks for {v} of resource {k!r}")
+    out: dict[str, Any] = {
+        "num_cpus": max(os.cpu_count() or 1, math.ceil(total.get("CPU", 0.0) - 1e-3))}
+    custom = {k: v for k, v in total.items() if k not in ("CPU", "GPU", "memory")}
+    if custom:
+        out["resources"] = custom
+    gpus = total.get("GPU", 0.0)
+    if gpus and not (local_gpu_count() if gpus_here is None else gpus_here):
+        out["num_gpus"] = math.ceil(gpus - 1e-3)
+    return out
 
 
 def ray_session() -> str:
@@ -157,6 +180,16 @@ def ray_session() -> str:
 
 _LOGICAL: dict[str, bool] = {}  # whether this process's local Ray has logical GPUs only
 _OWN: dict[str, bool] = {}  # "ray": this process's Ray is the local one cgc started
+
+
+def forget_local_ray() -> None:
+    """Forget that cgc started this process's Ray (its session ended: a later ``ray.init()``
+    is the user's, which cgc must never restart).
+
+    Example: ``forget_local_ray()`` in the ``ray.shutdown()`` hook.
+    """
+    _OWN.clear()
+    _LOGICAL.clear()
 
 
 def plan_totals(plan: pb.Plan) -> dict[str, float]:
@@ -184,14 +217,15 @@ def _restart_if_too_small(plan: pb.Plan) -> None:
     need = plan_totals(plan)
     fixed = {"memory"} | ({"GPU"} if local_gpu_count() else set())  # not ours to declare
     short = {k: v for k, v in need.items() if k not in fixed and have.get(k, 0.0) < v}
-    if not short or live_graphs():
+    # Live actors the plan binds to live in this Ray: restarting it would kill them.
+    external = any(a.external.name or a.external.actor_id for a in plan.graph.actors)
+    if not short or live_graphs() or external:
         return
     log.info("cgc: restarting the local Ray for plan %r (it needs %s; the local Ray, "
              "started for an earlier plan, has %s)", plan.name, _fmt(short),
              _fmt({k: have.get(k, 0.0) for k in short}))
     ray.shutdown()
-    _OWN.clear()
-    _LOGICAL.clear()
+    forget_local_ray()
 
 
 def gpu_notice(plan: pb.Plan, info: RayInfo, communicator: str = "auto") -> str | None:

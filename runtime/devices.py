@@ -52,8 +52,27 @@ class DeviceReader:
     def read_at(self, position: int, timeout: float | None = None) -> Any:
         return move_to(self._inner.read_at(position, timeout), self._device)
 
-    def __getattr__(self, name: str) -> Any:  # close, detach, poison: the inner reader's
-        return getattr(self._inner, name)
+    @property
+    def position(self) -> int:
+        """Values consumed so far (the inner reader's)."""
+        return self._inner.position
+
+    @property
+    def last_nbytes(self) -> int:
+        """Payload bytes of the last value read (the inner reader's)."""
+        return self._inner.last_nbytes
+
+    def poison(self) -> None:
+        """Wake a blocked read in another thread (the inner reader's ``poison``)."""
+        self._inner.poison()
+
+    def close(self) -> None:
+        """Close the channel (the inner reader's ``close``)."""
+        self._inner.close()
+
+    def detach(self) -> None:
+        """Let go of this end without closing the channel (the inner reader's ``detach``)."""
+        self._inner.detach()
 
 
 def with_device(reader: Any, ch: pb.Channel) -> Any:

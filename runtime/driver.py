@@ -46,13 +46,14 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import RunConfig
+from cgc.plan_schema.inputs import input_problems, positional_arity
 from cgc.runtime.channels.errors import (
     ChannelClosedError,
     ChannelSequenceError,
     ChannelTimeoutError,
     ErrorValue,
 )
-from cgc.runtime.driver_io import DriverEndpoints, PartialSubmitError
+from cgc.runtime.driver_io import AbandonedSubmitError, DriverEndpoints, PartialSubmitError
 from cgc.runtime.errors import (
     CapacityExceededError,
     GetTimeoutError,
@@ -66,7 +67,7 @@ from cgc.runtime.errors import (
 )
 from cgc.runtime.refs import Ref
 
-__all__ = ["CompiledGraph", "live_graphs"]
+__all__ = ["CompiledGraph", "live_graphs", "teardown_all"]
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _atexit_registered = False
@@ -83,15 +84,23 @@ _REPORT_MIN = 0.1
 _REPORT_MAX = 0.5
 
 
-def live_graphs() -> list[CompiledGraph]:
-    """The graphs of this process that are started and not torn down.
+def live_graphs(include_closing: bool = False) -> list[CompiledGraph]:
+    """The graphs of this process that are started and not torn down (with
+    ``include_closing``, also those whose teardown is under way).
 
     Example: ``assert not live_graphs()`` after every ``with plan.start() as g:`` block.
     """
-    return [g for g in list(_LIVE) if not g.closing]
+    return [g for g in list(_LIVE) if include_closing or not g.closing]
 
 
-def _teardown_all() -> None:
+def teardown_all() -> None:
+    """Tear down every graph of this process (waiting for teardowns already under way).
+
+    Example: ``teardown_all(); assert not live_graphs()``.
+
+    Raises:
+        Nothing: a failing teardown is skipped (interpreter exit, ``ray.shutdown()``).
+    """
     for g in list(_LIVE):
         try:
             g.teardown()
@@ -142,17 +151,17 @@ class CompiledGraph:
         self.comm_bindings: dict[int, Any] = {}
         self.actor_nodes: dict[str, str] = {}  # endpoint ("@driver" too) -> Ray node id
         self.monitor: Any = None
+        # Actors (handles) to kill when the graph's Ray session ends with the graph still
+        # up: the drop-in's live actors, which Ray's ray.shutdown() kills with its graphs.
+        self.kill_at_session_end: list[Any] = []
         self.ray_session = ""  # cluster.ray_session() when started: whose handles these are
         self.endpoints = DriverEndpoints(plan.proto)
         self.bells: Any = None  # the doorbells when wake-ahead is on (cgc.runtime.wake)
         self.bell_ahead: list[int] = []  # depths the driver rings at each submit
         g = plan.proto.graph
-        self._npos = g.num_positional
         # Arity of the common call, checked inline on the hot path (see _check_inputs).
-        self._fast_npos = 1 if g.whole_input and not g.num_positional and not \
-            g.keyword_fields else g.num_positional
+        self._fast_npos = positional_arity(g)
         self._kwset = frozenset(g.keyword_fields)
-        self._whole = g.whole_input
         self._multi = any(n.multi_output for n in g.nodes if n.kind == pb.OUTPUT)
         self._nrefs = len(self.endpoints.out_index) if self._multi else 1
         self._raise_at_capacity = config.at_capacity == "raise"
@@ -227,28 +236,12 @@ class CompiledGraph:
         global _atexit_registered
         _LIVE.add(self)
         if not _atexit_registered:
-            atexit.register(_teardown_all)
+            atexit.register(teardown_all)
             _atexit_registered = True
 
     # ------------------------------------------------------------------ submit
     def _check_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        problems = []
-        if self._whole and not self._npos and not self._kwset:
-            # A task takes the bare input: it stands for exactly one argument (Ray's rule).
-            if len(args) != 1 or kwargs:
-                problems.append(f"exactly 1 positional argument, got {len(args)}"
-                                + (f" and keywords {', '.join(sorted(kwargs))}" if kwargs else ""))
-        elif self._whole:
-            if len(args) < self._npos:
-                problems.append(f"at least {self._npos} positional argument(s), got {len(args)}")
-        elif len(args) != self._npos:
-            problems.append(f"{self._npos} positional argument(s), got {len(args)}")
-        missing = sorted(self._kwset - kwargs.keys())
-        extra = sorted(kwargs.keys() - self._kwset)
-        if missing:
-            problems.append(f"keyword argument(s) {', '.join(missing)} (missing)")
-        if extra and not (self._whole and (self._npos or self._kwset)):
-            problems.append(f"no keyword argument(s) {', '.join(extra)}")
+        problems = input_problems(self.plan.proto.graph, len(args), kwargs.keys())
         if problems:
             want = ", ".join(
                 [f"{self._fast_npos} positional"] + [f"{k}=" for k in sorted(self._kwset)])
@@ -264,6 +257,8 @@ class CompiledGraph:
 
         Raises:
             InputMismatchError: the arguments do not match the graph's inputs.
+            InputSerializationError: an argument cannot be sent (it cannot be pickled: a
+                lambda, a generator, a lock); the message names it.
             CapacityExceededError: at capacity with ``at_capacity="raise"``.
             SubmitTimeoutError: no room within the submit timeout.
             ActorDiedError / GraphFailedError / GraphTornDownError: the graph is down.
@@ -289,6 +284,13 @@ class CompiledGraph:
                     f"within {timeout} s (submit timeout)") from None
             except ChannelClosedError:
                 raise self._down_error() from None
+            except AbandonedSubmitError as exc:
+                # The execution is in flight, failing as a whole: nobody holds its refs.
+                e = self._submitted
+                self._submitted = e + 1
+                for _ in range(self._nrefs):
+                    self.release(e)
+                raise exc.error from exc.__cause__
             except PartialSubmitError as exc:
                 self._fail_async(GraphFailedError, "an input could not be written after other "
                                  f"inputs of the execution were ({exc}); the graph cannot stay "
@@ -308,10 +310,16 @@ class CompiledGraph:
         """Called with the submit lock held when ``capacity`` executions are in flight."""
         cap, ends = self.config.capacity, self.endpoints
         if self._raise_at_capacity:
-            raise CapacityExceededError(
-                f"graph {self.name!r}: {self.in_flight()} executions are in flight and the "
-                f"capacity is {cap}; get() results before submitting more, or raise the "
-                "capacity when compiling (max_inflight_executions)")
+            self._reclaim_dropped()
+            if self._submitted - min(ends.positions) >= cap:
+                n = self.in_flight()
+                err = CapacityExceededError(
+                    f"graph {self.name!r}: {n} executions are in flight and the "
+                    f"capacity is {cap}; get() results before submitting more, or raise the "
+                    "capacity when compiling (max_inflight_executions)")
+                err.in_flight, err.capacity = n, cap
+                raise err
+            return
         timeout = self.config.submit_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._room:
@@ -335,6 +343,85 @@ class CompiledGraph:
                     raise SubmitTimeoutError(
                         f"graph {self.name!r}: {cap} executions in flight and the oldest did "
                         f"not finish within {timeout} s") from None
+
+    def _reclaim_dropped(self) -> None:
+        """At capacity in raise mode: executions whose refs were all dropped hold places only
+        until their results are read, so read (and free) them, oldest first, waiting for each
+        up to the get timeout as Ray does; stop at the first execution a ref still wants.
+
+        Raises:
+            SubmitTimeoutError: a dropped execution did not finish within the get timeout.
+        """
+        ends = self.endpoints
+        rec = self._recs.get(min(ends.positions))
+        if not self._dropped and (rec is None or rec.refs > 0):
+            return  # nothing dropped: no lock to wait for (a get() may be holding it)
+        with self._room:
+            self._free_dropped_head(until_room=True)
+
+    def release_dropped(self) -> None:
+        """Read and free the oldest executions whose refs were all dropped, up to the first
+        one a ref still wants (waiting for each up to the get timeout): what Ray does after
+        each ``get`` and before each ``execute``, so that a dropped execution holds no
+        place and no buffer. cgc's own paths do it lazily; the Ray drop-in calls this.
+
+        Example: ``graph.release_dropped(); assert graph.buffered == 0``.
+
+        Raises:
+            SubmitTimeoutError: a dropped execution did not finish within the get timeout.
+            GraphTornDownError / GraphFailedError: the graph is down.
+        """
+        if self._closing:
+            return
+        with self._submit_lock, self._room:
+            self._free_dropped_head(until_room=False)
+
+    def _free_dropped_head(self, until_room: bool) -> None:
+        """Both locks held. Read dropped executions at the head (``until_room``: only while
+        the graph is at capacity)."""
+        ends = self.endpoints
+        timeout = self.config.get_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._drain_drops()
+        while self._submitted > min(ends.positions):
+            if until_room and self._submitted - min(ends.positions) < self.config.capacity:
+                return
+            if self._closing or self._failure is not None:
+                raise self._down_error()
+            k = ends.slowest()
+            rec = self._recs.get(ends.positions[k])
+            if rec is None or rec.refs > 0:
+                return  # the oldest is still wanted: it keeps its place
+            try:
+                self._read_into(k, deadline)
+            except ChannelTimeoutError:
+                raise SubmitTimeoutError(
+                    f"graph {self.name!r}: execution {ends.positions[k]}, whose refs were "
+                    f"all dropped, did not finish within {timeout} s (get timeout); its "
+                    "place stays taken until it does") from None
+
+    @property
+    def read_upto(self) -> int:
+        """Executions below this index were read completely from the output channels."""
+        return min(self.endpoints.positions) if self.endpoints.positions else self._submitted
+
+    def held_results(self) -> dict[int, dict[int, Any]]:
+        """Results read from the channels and held for refs: ``{execution: {output index:
+        value}}`` (dropped refs are accounted first). For introspection and the drop-in's
+        Ray-shaped result buffer.
+
+        Example: ``graph.held_results() == {}`` once every ref was fetched or dropped.
+        """
+        with self._read_lock:
+            self._drain_drops()
+            out: dict[int, dict[int, Any]] = {}
+            index = self.endpoints.out_index
+            for e, rec in sorted(self._recs.items()):
+                vals = {i: rec.vals[k] for i, k in enumerate(index)
+                        if rec.vals[k] is not _MISSING}
+                if vals:
+                    out[e] = vals
+            return out
 
     async def execute_async(self, *args: Any, **kwargs: Any) -> Ref | list[Ref]:
         """``execute()`` for asyncio: waits for room without blocking the event loop.
@@ -482,11 +569,15 @@ class CompiledGraph:
         full = self._buffer_full() if pos[k] not in self._recs else ""
         if full:
             waiting = sorted(x for x, r in self._recs.items() if x < e and r.refs > 0)
-            raise ResultBufferFullError(
+            err = ResultBufferFullError(
                 f"graph {self.name!r}: fetching execution {e} would buffer more "
                 f"results than allowed ({full}; {len(self._recs)} held now); get() or "
                 f"drop the refs of earlier executions first"
                 + (f" (unfetched: {', '.join(map(str, waiting[:8]))})" if waiting else ""))
+            err.buffered = len(self._recs)
+            if full.startswith("max_buffered_results"):
+                err.limit = self.config.max_buffered_results
+            raise err
 
     def _read_some(self, k: int, deadline: float) -> None:
         """``_read_into`` that treats running out of time as "nothing yet"."""
@@ -554,6 +645,31 @@ class CompiledGraph:
             + (";\n" + format_blocked(rows) if rows else ""))
         err.blocked = rows
         return err
+
+    def cuda_graph_stats(self, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+        """What each captured call did so far (``Program.captured_ops``), by node name:
+        ``{"captures", "replays", "eager", "fallbacks": {what: why}}``; empty where the
+        plan captures nothing or the actors have no CUDA (then every call is eager).
+
+        Example: ``graph.cuda_graph_stats()["gpt_stage0.forward#0"]["replays"]``.
+
+        Raises:
+            GraphTornDownError: after teardown.
+        """
+        import ray
+
+        from cgc.runtime.actor_calls import cuda_graph_stats
+
+        if self._closing:
+            raise GraphTornDownError(f"graph {self.name!r} was torn down")
+        proto = self.plan.proto
+        names = [a.name for a, p in zip(proto.graph.actors, proto.lowered.programs,
+                                        strict=True) if p.captured_ops]
+        refs = [self.actors[n].__ray_call__.remote(cuda_graph_stats, self.gid) for n in names]
+        out: dict[str, dict[str, Any]] = {}
+        for stats in ray.get(refs, timeout=timeout):
+            out.update(stats)
+        return out
 
     def where_blocked(self, timeout: float = 1.0) -> list[dict[str, Any]]:
         """Where each actor's loop is: rows ``{"actor", "execution", "op", "token",

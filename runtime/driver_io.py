@@ -21,9 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.wire import input_value
+from cgc.runtime.channels.errors import ChannelError, ErrorValue
+from cgc.runtime.errors import InputSerializationError
+from cgc.runtime.ping_and_args import input_value
 
-__all__ = ["DriverEndpoints", "input_picker", "PartialSubmitError"]
+__all__ = ["DriverEndpoints", "input_picker", "input_label", "PartialSubmitError",
+           "AbandonedSubmitError"]
 
 
 class PartialSubmitError(Exception):
@@ -35,6 +38,37 @@ class PartialSubmitError(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+class AbandonedSubmitError(Exception):
+    """A later input could not be serialized after earlier ones were written: the rest of
+    the execution's input channels got an error value instead, so the execution fails as a
+    whole and the graph stays consistent. ``error`` is the typed error for the caller."""
+
+    def __init__(self, error: InputSerializationError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def input_label(node: pb.Node) -> str:
+    """How messages name the argument an input channel carries.
+
+    Example: ``input_label(pb.Node(kind=pb.INPUT_ATTR, key_kind=pb.INDEX, index=1)) ==
+    "positional argument 1"``.
+    """
+    if node.kind == pb.INPUT:
+        return "the input"
+    if node.key_kind == pb.FIELD:
+        return f"keyword argument {node.field!r}"
+    return f"positional argument {node.index}"
+
+
+def _unserializable(label: str, value: Any, exc: BaseException) -> InputSerializationError:
+    what = f"{type(value).__module__}.{type(value).__qualname__}"
+    return InputSerializationError(
+        f"execute(): {label} (a {what}) cannot be sent to the actors: "
+        f"{type(exc).__name__}: {exc} (inputs travel pickled; pass data, not functions, "
+        "generators, locks or open files)", label)
 
 
 def input_picker(node: pb.Node) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
@@ -64,7 +98,7 @@ class DriverEndpoints:
         self.out_channels: list[int] = list(dict.fromkeys(low.output_channels))
         self.out_index: list[int] = [self.out_channels.index(c) for c in low.output_channels]
         self.writers: list[Any] = []
-        self._inputs: list[tuple[Callable[..., None], Callable[..., Any]]] = []
+        self._inputs: list[tuple[Callable[..., None], Callable[..., Any], str]] = []
         self.readers: list[Any] = []
         # per reader: (node name, actor, method) of the call whose value it carries, so an
         # error made by the channel itself (decode, lost) can name them.
@@ -80,10 +114,11 @@ class DriverEndpoints:
         self._base: list[int] = []  # per reader: its channel position of execution 0
 
     # ---------------------------------------------------------------- set-up
-    def add_input(self, writer: Any, picker: Callable[..., Any]) -> None:
-        """Register the writer of the next input channel (plan order)."""
+    def add_input(self, writer: Any, picker: Callable[..., Any], label: str = "an input") -> None:
+        """Register the writer of the next input channel (plan order); ``label`` names the
+        argument it carries in messages (``input_label``)."""
         self.writers.append(writer)
-        self._inputs.append((writer.write, picker))
+        self._inputs.append((writer.write, picker, label))
 
     def add_output(self, reader: Any) -> None:
         """Register the reader of the next unique output channel (plan order)."""
@@ -96,18 +131,45 @@ class DriverEndpoints:
         """Write one execution's inputs.
 
         Raises:
-            ChannelTimeoutError, ChannelClosedError, or the serializer's error: nothing was
-                written (the first channel failed).
+            InputSerializationError: the first input cannot be serialized (nothing was
+                written; names the argument).
+            ChannelTimeoutError, ChannelClosedError: nothing was written (the first
+                channel failed).
+            AbandonedSubmitError: a later input cannot be serialized; the remaining input
+                channels got an error value, so the execution fails as a whole.
             PartialSubmitError: a later channel failed after earlier ones were written.
         """
         first = True
         try:
-            for write, pick in self._inputs:
-                write(pick(args, kwargs), timeout)
+            for k, (write, pick, label) in enumerate(self._inputs):
+                value = pick(args, kwargs)
+                try:
+                    write(value, timeout)
+                except ChannelError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - pickling runs the value's code
+                    err = _unserializable(label, value, exc)
+                    if first:
+                        raise err from exc
+                    self._write_error(k, err, timeout)
+                    raise AbandonedSubmitError(err) from exc
                 first = False
+        except (InputSerializationError, AbandonedSubmitError):
+            raise
         except Exception as exc:
             if first:
                 raise
+            raise PartialSubmitError(exc) from exc
+
+    def _write_error(self, start: int, err: InputSerializationError,
+                     timeout: float | None) -> None:
+        """Input channels ``start`` on get an error value for this execution (a task with
+        an error value as input forwards it, so every output of the execution gets it)."""
+        ev = ErrorValue.from_exception(err, actor="@driver", method="execute")
+        try:
+            for write, _pick, _label in self._inputs[start:]:
+                write(ev, timeout)
+        except Exception as exc:
             raise PartialSubmitError(exc) from exc
 
     def read(self, k: int, timeout: float | None) -> Any:
@@ -128,7 +190,7 @@ class DriverEndpoints:
 
     def last_nbytes(self, k: int) -> int:
         """Payload bytes of reader ``k``'s last value (for the buffered-bytes bound)."""
-        return getattr(self.readers[k], "last_nbytes", 0)
+        return self.readers[k].last_nbytes
 
     def slowest(self) -> int:
         """Index of the reader furthest behind (the oldest execution not fully read)."""
@@ -169,7 +231,7 @@ class DriverEndpoints:
         """Detach the output readers (TCP readers close)."""
         for r in self.readers:
             try:
-                getattr(r, "detach", r.close)()
+                r.detach()
             except Exception:  # noqa: BLE001
                 pass
         self.readers = []

@@ -38,6 +38,7 @@ __all__ = [
     "ResultBufferFullError",
     "RefConsumedError",
     "InputMismatchError",
+    "InputSerializationError",
     "PlacementError",
     "SetupError",
     "DirectReturnError",
@@ -110,11 +111,20 @@ class SubmitTimeoutError(CgcTimeoutError):
 
 class CapacityExceededError(CgcError):
     """``execute()`` at capacity with ``at_capacity="raise"`` (Ray Compiled Graph's behaviour):
-    ``capacity`` executions are in flight; fetch results before submitting more."""
+    ``capacity`` executions are in flight; fetch results before submitting more.
+    ``in_flight`` and ``capacity`` hold the counts."""
+
+    in_flight: int = 0
+    capacity: int = 0
 
 
 class ResultBufferFullError(CapacityExceededError):
-    """Fetching a result would buffer more than ``max_buffered_results`` earlier results."""
+    """Fetching a result would buffer more than ``max_buffered_results`` earlier results.
+    ``buffered`` is how many are held, ``limit`` the ``max_buffered_results`` in force (0
+    when the byte limit was hit instead)."""
+
+    buffered: int = 0
+    limit: int = 0
 
 
 class RefConsumedError(CgcError):
@@ -128,6 +138,16 @@ class InputMismatchError(CgcError, TypeError, ValueError):
     ``ValueError`` (Ray Compiled Graph's), so handlers written for either catch it."""
 
     exit_code = EXIT_USAGE
+
+
+class InputSerializationError(InputMismatchError):
+    """An argument of ``execute()`` cannot be sent to the actors: it cannot be pickled (a
+    lambda, a generator, a lock, ...). ``argument`` names it (``"positional argument 0"``,
+    ``"keyword argument 'k'"``, ``"the input"``)."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class PlacementError(CgcError):

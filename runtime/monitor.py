@@ -20,8 +20,8 @@ import logging
 import threading
 from typing import Any
 
-from cgc.runtime.cluster import ray_session
 from cgc.runtime.errors import ActorDiedError, GraphFailedError
+from cgc.runtime.session import ray_calls
 
 __all__ = ["Monitor", "POLL_S"]
 
@@ -66,37 +66,45 @@ class Monitor:
                     "show as timeouts", self.graph.name, type(exc).__name__, exc)
 
     def _watch(self) -> None:
+        while not self._stop.is_set() and self.waiters:
+            # Why the gate: checking that the graph's Ray session is alive and calling Ray
+            # must be one step, or ray.shutdown() in another thread could come between them
+            # (a Ray call after it starts a new local Ray, or waits on a dead session's refs).
+            with ray_calls(self.graph.ray_session) as ok:
+                if not ok:
+                    return
+                failure = self._poll()
+            if failure is not None:
+                _, cls, msg, kw = failure
+                if not self.graph.closing:
+                    self.graph.fail(cls, msg, **kw)
+                return
+
+    def _poll(self) -> tuple[int, type, str, dict] | None:
+        """One round: wait briefly for a loop to exit; its reason when one did."""
         import ray
 
-        while not self._stop.is_set() and self.waiters:
-            if ray_session() != self.graph.ray_session:
-                # ray.shutdown() under a running graph: stop. A Ray call now would start a
-                # new local Ray (Ray initializes itself on first use), racing the user's.
-                return
-            ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
-            if self._stop.is_set() or self.graph.closing:
-                continue
-            ready = self._exits(ready)
-            if not ready:
-                continue
-            # Give the others a moment: a crash poisons channels, and the loops it wakes
-            # exit cleanly right after; report the real cause, not the first clean exit.
-            more, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters), timeout=0.2)
-            more = self._exits(more)
-            reasons = [self._classify(r) for r in dict.fromkeys(ready + more)]
+        ready, _ = ray.wait(list(self.waiters), num_returns=1, timeout=POLL_S)
+        if self._stop.is_set() or self.graph.closing:
+            return None
+        ready = self._exits(ready)
+        if not ready:
+            return None
+        # Give the others a moment: a crash poisons channels, and the loops it wakes
+        # exit cleanly right after; report the real cause, not the first clean exit.
+        more, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters), timeout=0.2)
+        more = self._exits(more)
+        reasons = [self._classify(r) for r in dict.fromkeys(ready + more)]
+        reasons.sort(key=lambda x: x[0])
+        if reasons[0][0] == 2 and self.waiters:
+            # Only clean exits so far: the loop that crashed (or the actor that died) may
+            # still be reporting on a loaded machine; its reason is the one to give.
+            late, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters),
+                               timeout=LATE_REASON_S)
+            late = self._exits(late)
+            reasons += [self._classify(r) for r in late]
             reasons.sort(key=lambda x: x[0])
-            if reasons[0][0] == 2 and self.waiters:
-                # Only clean exits so far: the loop that crashed (or the actor that died) may
-                # still be reporting on a loaded machine; its reason is the one to give.
-                late, _ = ray.wait(list(self.waiters), num_returns=len(self.waiters),
-                                   timeout=LATE_REASON_S)
-                late = self._exits(late)
-                reasons += [self._classify(r) for r in late]
-                reasons.sort(key=lambda x: x[0])
-            _, cls, msg, kw = reasons[0]
-            if not self.graph.closing:
-                self.graph.fail(cls, msg, **kw)
-            return
+        return reasons[0]
 
     def _exits(self, ready: list[Any]) -> list[Any]:
         """The refs of ``ready`` that report an exit (or a death); wait again on the others.
@@ -159,20 +167,23 @@ class Monitor:
 
         g = self.graph
         names = [n for n in g.actors if n not in g.dead_actors]
-        refs = [g.actors[n].__ray_call__.remote(where_blocked, g.gid) for n in names]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         out = []
-        for n, r in zip(names, refs, strict=True):
-            row = {"actor": n, "execution": -1, "op": "", "token": "", "waiting": ""}
-            if r in ready:
-                try:
-                    row.update({k: v for k, v in ray.get(r).items() if v != ""})
-                    row["actor"] = n
-                except Exception as exc:  # noqa: BLE001
-                    row["waiting"] = f"unknown ({type(exc).__name__})"
-            else:
-                row["waiting"] = "not answering (busy in a method call?)"
-            out.append(row)
+        with ray_calls(g.ray_session) as ok:
+            if not ok:  # Ray's session ended: nobody to ask
+                return []
+            refs = [g.actors[n].__ray_call__.remote(where_blocked, g.gid) for n in names]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+            for n, r in zip(names, refs, strict=True):
+                row = {"actor": n, "execution": -1, "op": "", "token": "", "waiting": ""}
+                if r in ready:
+                    try:
+                        row.update({k: v for k, v in ray.get(r).items() if v != ""})
+                        row["actor"] = n
+                    except Exception as exc:  # noqa: BLE001
+                        row["waiting"] = f"unknown ({type(exc).__name__})"
+                else:
+                    row["waiting"] = "not answering (busy in a method call?)"
+                out.append(row)
         for n in sorted(g.dead_actors):
             out.append({"actor": n, "execution": -1, "op": "", "token": "", "waiting": "dead"})
         return out

@@ -104,6 +104,8 @@ class Plan:
         wake_ahead: int | None = None,
         max_frame_bytes: int | None = None,
         dashboard: bool | None = None,
+        cuda_graphs: bool | None = None,
+        ray_events: bool | None = None,
     ) -> CompiledGraph:
         """Verify the plan, start it on Ray and return the running graph.
 
@@ -121,7 +123,11 @@ class Plan:
         NVTX ranges around every op (``cgc.runtime.profiling``); ``wake_ahead``: how many
         hops ahead of the data sleeping actors are woken (-1 auto, 0 off; ``cgc.runtime.wake``);
         ``max_frame_bytes``: the largest value a TCP channel carries (default 4 GiB);
-        ``dashboard``: start Ray's dashboard with the local Ray cgc starts (default off).
+        ``dashboard``: start Ray's dashboard with the local Ray cgc starts (default off);
+        ``cuda_graphs``: False runs the plan's captured calls eagerly (default: replay them
+        as CUDA graphs where the actors have CUDA; ``graph.cuda_graph_stats()``).
+        ``ray_events``: keep Ray Compiled Graph's per-task profiling records on each actor
+        (``cgc.runtime.ray_events``; the Ray drop-in's ``RAY_CGRAPH_ENABLE_PROFILING``).
 
         Example::
 
@@ -163,6 +169,8 @@ class Plan:
             wake_ahead=wake_ahead,
             dashboard=dashboard,
             max_frame_bytes=max_frame_bytes,
+            cuda_graphs=cuda_graphs,
+            ray_events=ray_events,
         )
 
 

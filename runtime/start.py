@@ -36,11 +36,11 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import RunConfig
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.driver import CompiledGraph
-from cgc.runtime.driver_io import input_picker
+from cgc.runtime.driver_io import input_label, input_picker
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import CgcError, SetupError
+from cgc.runtime.ping_and_args import PING, Ping
 from cgc.runtime.profiling import check_profiler_options
-from cgc.runtime.wire import PING, Ping
 
 __all__ = ["start_graph", "bind_transports"]
 
@@ -122,6 +122,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     """
     from cgc.runtime.actors import make_actors
     from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice, ray_session
+    from cgc.runtime.session import track_session
     from cgc.verify import verify_plan
 
     t0 = time.perf_counter()
@@ -149,6 +150,8 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     gid = uuid.uuid4().hex[:10]
     graph = CompiledGraph(plan, gid, new_graph_prefix(), cfg)
     graph.ray_session = ray_session()
+    # ray.shutdown() of this session tears the graph down first (as Ray does its own).
+    track_session()
     secret = new_graph_secret()
     deadline = time.monotonic() + cfg.setup_timeout
     try:
@@ -202,10 +205,11 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     window = _wake_ahead(graph, proto, cfg)
     opts = LoopOptions(prefix=graph.prefix, secret=secret, spin_us=cfg.spin_us,
                        slot_bytes=cfg.slot_bytes, trace=bool(cfg.trace),
-                       torch_profile=cfg.torch_profile, nvtx=cfg.nvtx, fake_hosts=fake_hosts,
+                       torch_profile=cfg.torch_profile, nvtx=cfg.nvtx,
+                       ray_events=cfg.ray_events, fake_hosts=fake_hosts,
                        probe_gpu=info.has_gpus and cfg.communicator != "cpu",
                        wake_ahead=window,
-                       max_frame_bytes=cfg.max_frame_bytes)
+                       max_frame_bytes=cfg.max_frame_bytes, cuda_graphs=cfg.cuda_graphs)
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n
@@ -244,7 +248,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
                              max_frame_bytes=cfg.max_frame_bytes)
         if cid in tcp:
             addrs[cid] = (my_ip, w.port)
-        ends.add_input(w, input_picker(proto.graph.nodes[ch.source.node]))
+        src = proto.graph.nodes[ch.source.node]
+        ends.add_input(w, input_picker(src), input_label(src))
     nccl_ids: dict[int, bytes] = {}
     for got in _gather(refs, deadline, "creating channels").values():
         addrs.update(got["addrs"])

@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.cluster import ray_session
+from cgc.runtime.session import ray_calls
 
 __all__ = ["teardown_graph", "poison_all"]
 
@@ -60,17 +60,21 @@ def _stop_everything(g: Any) -> None:
     g.wake_waiters()  # an execute() waiting for buffered results to be fetched
     dead = g.dead_actors
     live = {n: h for n, h in g.actors.items() if n not in dead}
-    # Only in the Ray connection the graph started in: after ray.shutdown() (and maybe a new
-    # ray.init()) its handles are stale, and a call would start or reach another Ray.
-    ray_up = bool(g.ray_session) and ray_session() == g.ray_session
-    if ray_up:
-        _stop_loops(g, live)
+    # Only in the Ray session the graph started in, checked and called under the session
+    # gate: after ray.shutdown() (and maybe a new ray.init()) its handles are stale, and a
+    # call would start or reach another Ray. ray.shutdown() waits for these calls to return.
+    with ray_calls(g.ray_session) as ray_up:
+        if ray_up:
+            _stop_loops(g, live)
     if g.monitor is not None:
         g.monitor.stop()
-    if ray_up and g.config.trace:
-        _write_trace(g, live)
+    with ray_calls(g.ray_session) as ray_up:
+        if ray_up and g.config.trace:
+            _write_trace(g, live)
     g.close_endpoints()
-    if ray_up:
+    with ray_calls(g.ray_session) as ray_up:
+        if not ray_up:
+            return
         for name in g.created:
             try:
                 ray.kill(g.actors[name], no_restart=True)

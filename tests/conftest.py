@@ -36,6 +36,9 @@ def ray_cluster():
     if not ray.is_initialized():
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         info = ray.init(
+            # "local": a cluster of this session's own, never whatever another process on
+            # the machine started last (plain ray.init() would join that one)
+            address="local",
             num_cpus=TEST_CLUSTER_CPUS,
             include_dashboard=False,
             log_to_driver=True,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
 from cgc.frontend import walk
 from cgc.frontend.actor_proto import derive_names
+from cgc.frontend.actors import declared_cuda_graph
 from cgc.frontend.collectives import CollectiveNode, ReduceOp
 from cgc.frontend.graph_checks import check_structure, split_output
 from cgc.frontend.locations import LocRenderer, RawLoc
@@ -223,6 +224,8 @@ class _Tracer:
         node.method = n.method
         node.num_returns = n.num_returns
         node.bind_index = self.names.bind_index[id(n)]
+        node.cuda_graph = bool(n.actor.options.get("cuda_graph")) or \
+            declared_cuda_graph(n.actor.cls, n.method)
         if isinstance(n, CallNode):
             check_method(self.names, n, n.actor.cls)
         for i, v in enumerate(n.args):
@@ -246,8 +249,8 @@ class _Tracer:
     def _collective(self, g: pb.Graph, cid: int, grp: Any) -> None:
         c = g.collectives.add(id=cid, kind=_KINDS[grp.kind])
         if grp.op is not None:
-            # cgc's ReduceOp has the plan's numbering (collectives.py)
-            c.reduce_op = cast(pb.ReduceOp, ReduceOp(grp.op).value)
+            # cgc's ReduceOp is the plan's enum (cgc.plan_schema.collective)
+            c.reduce_op = ReduceOp(grp.op).value
         for m in grp.members:
             c.nodes.append(self.ids[id(m)])
             g.nodes[self.ids[id(m)]].collective = cid
@@ -270,6 +273,10 @@ class _Tracer:
             out.external.CopyFrom(
                 pb.ExternalActor(name=ext.name, namespace=ext.namespace, actor_id=ext.actor_id)
             )
+            if ext.placement is not None:
+                from cgc.frontend.live_actors import placement_proto
+
+                out.external.placement.CopyFrom(placement_proto(ext.placement))
             return out
         ref, embedded = actor_class(
             self.names, a, model_file=self.model_file, model_module=self.model_module

@@ -38,7 +38,7 @@ ORDER = "order"  # position of a task in its actor's bind order (0, 1, ...); -1 
 
 # ---- graph attributes (g.graph[...])
 GRAPH = "graph"  # the pb.Graph the working graph was built from
-GPU_ACTORS = "gpu_actors"  # frozenset of actor names with num_gpus > 0
+GPU_ACTORS = "gpu_actors"  # frozenset of actor names that have a GPU (cgc.ir.graph.has_gpu)
 ACTOR_INDEX = "actor_index"  # dict actor name -> index in Graph.actors
 
 # ---- edge attributes (g.edges[src, dst, output_index][...])

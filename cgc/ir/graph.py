@@ -19,7 +19,7 @@ from cgc.ir import attrs as A
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 
-__all__ = ["build_graph", "node_label", "task_order", "where"]
+__all__ = ["build_graph", "node_label", "task_order", "where", "has_gpu", "gpu_held"]
 
 _TASK_KINDS = (pb.CALL, pb.COLLECTIVE)
 
@@ -69,6 +69,46 @@ def _refs(node: pb.Node):
             yield kw.arg.ref, ("kw", kw.name)
 
 
+def has_gpu(actor: pb.Actor) -> bool:
+    """Whether the compiler takes ``actor`` for a GPU actor: one the plan creates with
+    ``num_gpus > 0``, or a live one that held GPU ids when the graph was compiled
+    (``ExternalActor.placement``, Ray's own rule for its transport choice).
+
+    >>> has_gpu(pb.Actor(options=pb.ActorOptions(num_gpus=0.5)))
+    True
+    >>> live = pb.Actor(external=pb.ExternalActor(actor_id="ab"))
+    >>> live.external.placement.observed = True
+    >>> has_gpu(live), live.external.placement.gpu_ids.append("0"), has_gpu(live)
+    (False, None, True)
+
+    Raises:
+        Nothing.
+    """
+    if actor.external.placement.observed:
+        return len(actor.external.placement.gpu_ids) > 0
+    return actor.options.num_gpus > 0
+
+
+def gpu_held(actor: pb.Actor) -> str:
+    """What ``actor`` holds, for messages: ``num_gpus=0`` for an actor the plan creates,
+    ``a live actor holding {CPU: 1}, no GPU`` for a live one.
+
+    >>> gpu_held(pb.Actor(name="w"))
+    'num_gpus=0'
+
+    Raises:
+        Nothing.
+    """
+    p = actor.external.placement
+    if not p.observed:
+        if actor.external.name or actor.external.actor_id:
+            return "an existing actor; what it holds was not read when compiled"
+        return f"num_gpus={actor.options.num_gpus:g}"
+    held = "{" + ", ".join(f"{r.name}: {r.amount:g}" for r in p.resources) + "}"
+    gpus = f"GPU {','.join(p.gpu_ids)}" if p.gpu_ids else "no GPU"
+    return f"a live actor holding {held}, {gpus}"
+
+
 def build_graph(graph: pb.Graph) -> nx.MultiDiGraph:
     """Turn a ``pb.Graph`` into the working ``networkx.MultiDiGraph`` (see ``cgc.ir.attrs``).
 
@@ -82,7 +122,7 @@ def build_graph(graph: pb.Graph) -> nx.MultiDiGraph:
     actor_index = {a.name: i for i, a in enumerate(graph.actors)}
     if len(actor_index) != len(graph.actors):
         raise CompileError("graph has two actors with the same name")
-    gpu = frozenset(a.name for a in graph.actors if a.options.num_gpus > 0)
+    gpu = frozenset(a.name for a in graph.actors if has_gpu(a))
     g.graph.update({A.GRAPH: graph, A.GPU_ACTORS: gpu, A.ACTOR_INDEX: actor_index})
     order = task_order(graph)
     pos = {nid: i for ids in order.values() for i, nid in enumerate(ids)}

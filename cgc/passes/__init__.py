@@ -15,6 +15,7 @@ from __future__ import annotations
 from cgc.ir.graph import build_graph
 from cgc.passes import (
     capacity,
+    capture,
     channels,
     communicators,
     config,
@@ -40,6 +41,7 @@ PIPELINE: list[Pass] = [
     Pass("config", config.fill_config, config.pre, config.post),
     Pass("overlap", overlap.overlap, overlap.pre, overlap.post),
     Pass("wake", wake.assign_wake_depths, wake.pre, wake.post),
+    Pass("capture", capture.assign_captures, capture.pre, capture.post),
     Pass("verify", verified.verify, verified.pre, verified.post),
 ]
 

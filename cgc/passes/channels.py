@@ -10,6 +10,10 @@ An actor that reads the whole input (the INPUT node) over host memory takes the 
 attributes it also needs (``inp[0]``, ``inp.k``) out of that value instead of reading a
 channel per attribute: their edges carry the whole input's channel, and pass ``extract``
 lists them on the READ (``Op.extract``). Only plain host edges qualify (no device move).
+
+``static_shape`` / ``direct_return`` come from the producer's hint, except where an
+``"auto"`` hint chose host memory: Ray gives them effect only on a device transport, and
+the hint left the choice to the compiler.
 """
 
 from __future__ import annotations
@@ -103,8 +107,11 @@ def build_channels(state: LowerState) -> None:
                 )
                 if hint is not None:
                     ch.spec.CopyFrom(hint.spec)
-                    ch.static_shape = hint.static_shape
-                    ch.direct_return = hint.direct_return
+                    # An "auto" hint that chose host memory: as in Ray, _static_shape and
+                    # _direct_return bind only where the tensor travels on a device.
+                    chosen = not (kind == pb.CHAN_HOST and hint.transport == pb.AUTO)
+                    ch.static_shape = hint.static_shape and chosen
+                    ch.direct_return = hint.direct_return and chosen
                 state.channel_of[(src, out, kind)] = ch.id
                 for _, d in mine:
                     d[A.CHANNEL] = ch.id

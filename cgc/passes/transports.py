@@ -5,8 +5,11 @@ Rules, in order (``hint`` is the producer's ``TransportHint`` for that output, i
 1. driver to driver (an input returned as an output): HOST.
 2. NCCL hinted on an edge from or to the driver: error (the driver has no communicator).
 3. same actor: LOCAL, the value stays in the actor's local table (an NCCL hint is moot).
-4. NCCL hinted: NCCL; both actors must have ``num_gpus > 0``, else error.
-5. a hint with transport AUTO and device not CPU, between two GPU actors: NCCL.
+4. NCCL hinted: NCCL; both actors must have a GPU (``num_gpus > 0``, or a live actor
+   that held GPU ids when compiled: ``cgc.ir.graph.has_gpu``), else error.
+5. a hint with transport AUTO and device not CPU, between two GPU actors: NCCL (as Ray's
+   ``AutoTransportType``; where the two share one GPU the runtime binds CUDA IPC, without
+   real GPUs the CPU communicator).
 6. otherwise HOST; a device hint (CPU/GPU) on a host edge makes it DEVICE_COPY with
    ``Channel.device`` set; a GPU device hint for a CPU-only reader actor is an error.
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from cgc.errors import CompileError
 from cgc.ir import attrs as A
-from cgc.ir.graph import where
+from cgc.ir.graph import gpu_held, where
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
@@ -32,6 +35,21 @@ def _hint_where(hint: pb.TransportHint | None) -> str:
     if hint is not None and hint.loc.file:
         return f" (hint at {hint.loc.file}:{hint.loc.line})"
     return ""
+
+
+def _actor(graph: pb.Graph, name: str) -> pb.Actor:
+    return next(x for x in graph.actors if x.name == name)
+
+
+def _held(graph: pb.Graph, name: str) -> str:
+    return gpu_held(_actor(graph, name))
+
+
+def _give_gpu(graph: pb.Graph, name: str) -> str:
+    a = _actor(graph, name)
+    if a.external.name or a.external.actor_id:
+        return "create the actor with a GPU (Cls.options(num_gpus=1).remote())"
+    return "give it num_gpus"
 
 
 def _decide(state: LowerState, src: int, dst: int, hint: pb.TransportHint | None):
@@ -57,8 +75,8 @@ def _decide(state: LowerState, src: int, dst: int, hint: pb.TransportHint | None
             if actor not in gpu:
                 raise CompileError(
                     f"{where(graph, src)} -> {where(graph, dst)}: nccl transport hint, but "
-                    f"actor {actor!r} has no GPU (num_gpus=0){_hint_where(hint)}; give it "
-                    "num_gpus or use the host transport"
+                    f"actor {actor!r} has no GPU ({_held(graph, actor)}){_hint_where(hint)}; "
+                    f"{_give_gpu(graph, actor)} or use the host transport"
                 )
         return pb.NCCL, "nccl hint", device
     if want == pb.AUTO and a in gpu and b in gpu and device != pb.CPU:
@@ -66,7 +84,8 @@ def _decide(state: LowerState, src: int, dst: int, hint: pb.TransportHint | None
     if device == pb.GPU and b != DRIVER and b not in gpu:
         raise CompileError(
             f"{where(graph, src)} -> {where(graph, dst)}: device=gpu hint, but reader "
-            f"{b!r} has no GPU{_hint_where(hint)}"
+            f"{b!r} has no GPU ({_held(graph, b)}){_hint_where(hint)}; "
+            f"{_give_gpu(graph, b)} or drop device='gpu'"
         )
     if device != pb.DEVICE_DEFAULT:
         return pb.DEVICE_COPY, f"host memory, copied to {pb.Device.Name(device).lower()}", device

@@ -53,6 +53,9 @@ def graph_dot(plan: pb.Plan) -> str:
         opts = actor.options
         res = [f"gpu={opts.num_gpus:g}"] if opts.HasField("num_gpus") and opts.num_gpus else []
         if actor.external.name or actor.external.actor_id:
+            held = actor.external.placement
+            gpu = next((r.amount for r in held.resources if r.name == "GPU"), 0.0)
+            res.extend([f"gpu={gpu:g}"] if gpu else [])
             res.append("existing actor")
         title = f"{actor.name}: {class_name(actor)}" + (f" [{', '.join(res)}]" if res else "")
         lines.append(f"  subgraph cluster_{i} {{")

@@ -89,3 +89,23 @@ def test_declared_tensor_sizes_the_slots_within_the_limit():
     state = state_before(b2, "channels", LowerOptions(limits=small))
     plan = run_pass(state, "channels").plan
     assert plan.lowered.channels[1].slot_bytes == 1 << 20
+
+
+def _flagged(transport: int, gpus: float) -> pb.Plan:
+    b = GraphBuilder()
+    b.actor("a", gpus=gpus)
+    b.actor("b", gpus=gpus)
+    y = b.call("a", "f", b.input(0), hint=transport)
+    for h in b.g.nodes[y].hints:
+        h.hint.direct_return = h.hint.static_shape = True
+    b.output(b.call("b", "g", y))
+    return b.plan()
+
+
+def test_direct_return_and_static_shape_bind_where_the_hint_chose_a_device():
+    """As in Ray: an "auto" hint that chose host memory leaves them off; "shm" (cgc's
+    explicit host choice) and device edges keep them."""
+    for transport, gpus, kept in ((pb.AUTO, 0, False), (pb.AUTO, 1, True),
+                                  (pb.HOST, 0, True), (pb.NCCL, 1, True)):
+        ch = _channels(_flagged(transport, gpus)).lowered.channels[1]
+        assert (ch.direct_return, ch.static_shape) == (kept, kept), (transport, gpus)

@@ -84,3 +84,44 @@ def test_same_actor_nccl_hint_becomes_local():
     plan = lower(b.plan())
     edge = next(e for e in plan.lowered.edges if e.source.node == y)
     assert edge.transport == pb.LOCAL and "nccl hint not needed" in edge.reason
+
+
+def _live(plan: pb.Plan, name: str, gpu_ids: list[str]) -> pb.Plan:
+    """Make actor ``name`` a live one, with the placement read from it when compiled."""
+    a = next(x for x in plan.graph.actors if x.name == name)
+    a.ClearField("options")
+    a.external.actor_id = f"{name}00"
+    p = a.external.placement
+    p.observed, p.node_id = True, "node1"
+    p.resources.add(name="CPU", amount=1.0)
+    if gpu_ids:
+        p.resources.add(name="GPU", amount=0.5)
+    p.gpu_ids.extend(gpu_ids)
+    return plan
+
+
+def test_live_actors_holding_gpu_ids_are_gpu_actors():
+    plan = _live(_live(_hinted(pb.NCCL, gpus=(0, 0)), "a", ["0"]), "b", ["0"])
+    low = lower(plan).lowered
+    assert low.channels[1].kind == pb.CHAN_NCCL
+    assert [(c.backend, list(c.members)) for c in low.communicators] == [("nccl", ["a", "b"])]
+    plan = _live(_live(_hinted(pb.AUTO, gpus=(0, 0)), "a", ["0"]), "b", ["1"])
+    assert lower(plan).lowered.channels[1].kind == pb.CHAN_NCCL
+
+
+def test_nccl_to_a_live_actor_without_gpu_names_what_it_holds():
+    plan = _live(_live(_hinted(pb.NCCL, gpus=(0, 0)), "a", ["0"]), "b", [])
+    with pytest.raises(CompileError) as ei:
+        lower(plan)
+    msg = str(ei.value)
+    assert "actor 'b' has no GPU (a live actor holding {CPU: 1}, no GPU)" in msg
+    assert "Cls.options(num_gpus=1).remote()" in msg
+
+
+def test_a_live_actor_read_without_placement_is_no_gpu_actor():
+    """A plan of format 1.2 (or a named actor not read at compile time) has no placement:
+    the compiler cannot take it for a GPU actor."""
+    plan = _hinted(pb.NCCL, gpus=(1, 0))
+    next(x for x in plan.graph.actors if x.name == "b").external.name = "served"
+    with pytest.raises(CompileError, match="what it holds was not read when compiled"):
+        lower(plan)
