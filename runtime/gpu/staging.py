@@ -151,8 +151,8 @@ class HostStagingCommunicator(ExchangingCommunicator):
 
     def destroy(self, linger: float = 2.0) -> None:
         """Destroy the inner communicator."""
-        self.inner.destroy(linger)  # type: ignore[call-arg]
+        self.inner.destroy(linger)
 
     def abort(self) -> None:
         """End waits now: the inner communicator's destroy without lingering."""
-        self.inner.destroy(0.0)  # type: ignore[call-arg]
+        self.inner.destroy(0.0)
