@@ -96,12 +96,15 @@ class _Runner:
     """Runs one workload on one system (inside the child)."""
 
     def __init__(self, workload: str, system: str, size: str, gpus: float,
-                 address: str | None, stages: int | None = None) -> None:
+                 address: str | None, stages: int | None = None,
+                 microbatches: int | None = None) -> None:
         sys.path.insert(0, str(EXAMPLES))
         self.workload, self.system, self.size, self.gpus = workload, system, size, gpus
         self.s = settings(workload, size)
         if stages:
             self.s["stages"] = stages
+        if microbatches and workload == "decode":
+            self.s["microbatches"] = microbatches
         self.address = address
         self.teardown: list[Any] = []
 
@@ -277,13 +280,13 @@ def child(args: argparse.Namespace) -> None:
         # floor gets the same, so it measures the compute and not thread contention.
         torch.set_num_threads(1)
     runner = _Runner(args.child[0], args.child[1], args.size, args.gpus, args.address,
-                     args.stages)
+                     args.stages, args.microbatches)
     res = runner.run()
     if args.child[1] == "cgc" and args.busy:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "run.json")
             again = _Runner(args.child[0], "cgc", args.size, args.gpus, args.address,
-                            args.stages)
+                            args.stages, args.microbatches)
             again.run(trace=path)
             res["busy"] = _busy(path)
     print("RESULT " + json.dumps(res), flush=True)
@@ -306,6 +309,8 @@ def _run_child(workload: str, system: str, args: argparse.Namespace,
            "--gpus", str(args.gpus), "--address", address]
     if args.stages:
         cmd += ["--stages", str(args.stages)]
+    if args.microbatches:
+        cmd += ["--microbatches", str(args.microbatches)]
     if args.busy:
         cmd.append("--busy")
     t0 = time.monotonic()
@@ -331,6 +336,8 @@ def main() -> None:
     ap.add_argument("--size", default="tiny", choices=["tiny", "gpu"])
     ap.add_argument("--gpus", type=float, default=0.0, help="num_gpus per actor")
     ap.add_argument("--stages", type=int, default=0, help="pipeline stages (0: the size's)")
+    ap.add_argument("--microbatches", type=int, default=0,
+                    help="decode microbatches in flight (0: the size's)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--deadline", type=float, default=240.0, help="seconds per run")
     ap.add_argument("--busy", action="store_true", help="also measure busy share (cgc)")
@@ -373,7 +380,8 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], workloads: list[str
           systems: list[str], args: argparse.Namespace) -> str:
     """The markdown table: median rate per system, ratios, exactness against the floor."""
     lines = [f"size `{args.size}`, num_gpus per actor {args.gpus}, "
-             f"{args.stages or 'default'} stages, {args.rounds} round(s); median over rounds",
+             f"{args.stages or 'default'} stages, {args.microbatches or 'default'} decode "
+             f"microbatches, {args.rounds} round(s); median over rounds",
              "",
              "| workload | system | rate | p50 / p99 per token | busy | ÷ Ray CG | ÷ floor "
              "| ÷ cgc | equal to floor |", "|---|---|---|---|---|---|---|---|---|"]
