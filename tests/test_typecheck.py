@@ -1,4 +1,4 @@
-"""mypy over the runtime, the public API, the schema, the verifier and the frontend.
+"""mypy over every package: the compiler, the runtime, the schema, the CLI and the views.
 
 What is checked and how strictly is ``[tool.mypy]`` in pyproject.toml. mypy cannot see the
 editable install's package mapping (``runtime/`` installs as ``cgc.runtime``,
@@ -62,3 +62,12 @@ def test_mypy_is_clean(tmp_path: Path, require_tool: Callable[[str], None]) -> N
     )
     report = _checkout_paths(out.stdout + out.stderr, tree)
     assert out.returncode == 0, f"mypy found problems:\n{report}"
+
+
+def test_mypy_covers_every_package() -> None:
+    """No package is left out of ``[tool.mypy]`` (each is one of, or under, its packages)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    checked = config["mypy"]["packages"]
+    missed = [pkg for pkg in config["setuptools"]["packages"]
+              if not any(pkg == c or pkg.startswith(c + ".") for c in checked)]
+    assert not missed, f"[tool.mypy] packages leave out {missed}"

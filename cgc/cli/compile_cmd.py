@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # the command imports the schema when it runs
+    from cgc.plan_schema import plan_pb2 as pb
 
 __all__ = ["compile_cmd", "summarize"]
 
@@ -88,7 +92,7 @@ def _parse_costs(items: tuple[str, ...]) -> dict[str, float]:
     return costs
 
 
-def summarize(proto, target: str, out: Path, data: bytes | None) -> str:  # noqa: ANN001
+def summarize(proto: pb.Plan, target: str, out: Path, data: bytes | None) -> str:
     """A few lines on what was compiled: sizes, channels, capacity, schedule."""
     from cgc.plan_schema import plan_pb2 as pb
 

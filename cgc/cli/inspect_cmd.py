@@ -6,8 +6,12 @@ beyond ``Limits`` is refused first (``cgc.verify.bounds.check_limits``), as chec
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # the command imports the schema when it runs
+    from cgc.plan_schema import plan_pb2 as pb
 
 __all__ = ["inspect_cmd", "header_text", "code_text"]
 
@@ -44,7 +48,7 @@ def inspect_cmd(plan_path: Path, as_json: bool, as_code: bool) -> None:
     click.echo(format_plan_text(pf.plan))
 
 
-def header_text(header, size: int) -> str:  # noqa: ANN001
+def header_text(header: pb.PlanHeader, size: int) -> str:
     """One line about the file: format, producer, size, checksum."""
     fv = header.format_version
     return (
@@ -53,7 +57,7 @@ def header_text(header, size: int) -> str:  # noqa: ANN001
     )
 
 
-def code_text(plan) -> str:  # noqa: ANN001
+def code_text(plan: pb.Plan) -> str:
     """Every embedded module's source, each under a header line naming it and its digest.
 
     Example: ``code_text(plan).startswith("# ---- embedded module")``.

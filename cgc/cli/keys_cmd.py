@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import socket
+from typing import TextIO
 
 import click
 
@@ -40,7 +41,7 @@ def show_cmd() -> None:
 
 @keys_cmd.command("add")
 @click.argument("keyfile", metavar="KEYFILE", type=click.File("r", encoding="utf-8"))
-def add_cmd(keyfile) -> None:  # noqa: ANN001 - click's file object
+def add_cmd(keyfile: TextIO) -> None:
     """Trust the public key in KEYFILE (a line from `cgc keys show`; - reads stdin)."""
     from cgc.plan_schema import signing
     from cgc.plan_schema.userfiles import list_lines

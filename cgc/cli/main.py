@@ -7,7 +7,7 @@ Python API users call; errors are ``CgcError``s that carry their exit code.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import sys
 
 import click

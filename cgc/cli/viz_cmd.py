@@ -30,8 +30,8 @@ __all__ = ["viz_cmd"]
 def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool) -> None:
     """Draw a plan: its graph (actors, transports) or its schedule (ops per actor and step).
 
-    png/svg/pdf need Graphviz (the dot program, or pip install pygraphviz); .dot and
-    --ascii need nothing.
+    png/svg/pdf are drawn by Graphviz: the dot program if on PATH, else pygraphviz's
+    bundled one (a dependency of cgc); .dot and --ascii need nothing.
     """
     from cgc import viz
     from cgc.plan_schema.planfile import read_plan

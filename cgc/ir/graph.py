@@ -12,6 +12,8 @@ refs, ids out of order, a ref into an OUTPUT node); the message names node and l
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import networkx as nx
 
 from cgc.errors import CompileError
@@ -60,7 +62,7 @@ def task_order(graph: pb.Graph) -> dict[str, list[int]]:
     return order
 
 
-def _refs(node: pb.Node):
+def _refs(node: pb.Node) -> Iterator[tuple[pb.NodeRef, tuple[str, int | str]]]:
     for i, arg in enumerate(node.args):
         if arg.WhichOneof("kind") == "ref":
             yield arg.ref, ("arg", i)

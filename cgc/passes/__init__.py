@@ -23,7 +23,7 @@ from cgc.passes import (
     overlap,
     schedule,
     transports,
-    verified,
+    verify_pass,
     wake,
 )
 from cgc.passes.state import LowerOptions, LowerState, Pass, PassInvariantError
@@ -42,7 +42,7 @@ PIPELINE: list[Pass] = [
     Pass("overlap", overlap.overlap, overlap.pre, overlap.post),
     Pass("wake", wake.assign_wake_depths, wake.pre, wake.post),
     Pass("capture", capture.assign_captures, capture.pre, capture.post),
-    Pass("verify", verified.verify, verified.pre, verified.post),
+    Pass("verify", verify_pass.verify, verify_pass.pre, verify_pass.post),
 ]
 
 

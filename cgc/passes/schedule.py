@@ -71,6 +71,12 @@ class _Task:
     cost: float = DEFAULT_COMPUTE_US
 
 
+_Pair = tuple[int, int, str, int]  # an NCCL channel's (channel, out, reader, writer task)
+# A candidate step: its sort key (start, kind rank, actor index, task, reader index) and what
+# it places (a _Task for TASK and COLL, a _Pair for PAIR).
+_Pick = tuple[tuple[float, int, int, int, int], tuple[_Step, "_Task | _Pair"]]
+
+
 class _Sched:
     def __init__(self, state: LowerState) -> None:
         self.state = state
@@ -117,7 +123,7 @@ class _Sched:
             if ch.writer == DRIVER:
                 self.written[ch.id] = 0.0
         self.received: set[tuple[str, int]] = set()
-        self.pending: list[tuple[int, int, str, int]] = []  # (channel, out, reader, writer task)
+        self.pending: list[_Pair] = []  # NCCL channels written, not yet received
         self.seq: dict[int, int] = {}
         self.programs: dict[str, list[pb.Op]] = {a: [] for a in state.tasks}
 
@@ -140,8 +146,8 @@ class _Sched:
             )
         return at
 
-    def _best(self):
-        best = None
+    def _best(self) -> _Pick | None:
+        best: _Pick | None = None
         for actor in sorted(self.clock, key=self.index.__getitem__):
             task = self._head(actor)
             if task is None:
@@ -197,7 +203,7 @@ class _Sched:
         self.clock[task.actor] = end
         self.next[task.actor] += 1
 
-    def _run_pair(self, p: tuple[int, int, str, int], start: float) -> None:
+    def _run_pair(self, p: _Pair, start: float) -> None:
         cid, out, reader, wtask = p
         ch = self.channels[cid]
         seq = self.seq.get(ch.communicator, 0)
@@ -228,7 +234,7 @@ class _Sched:
             if best is None:
                 break
             (start, *_), (what, obj) = best
-            if what is _Step.PAIR:
+            if isinstance(obj, tuple):  # what is _Step.PAIR: a SEND with its RECV
                 self._run_pair(obj, start)
             elif what is _Step.TASK:
                 self._run_task(obj, start)
@@ -249,7 +255,7 @@ class _Sched:
         self.makespan_us = max(self.clock.values(), default=0.0)
 
 
-def _key(item):
+def _key(item: _Pick | None) -> tuple[float, ...]:
     return (float("inf"),) if item is None else item[0]
 
 

@@ -52,7 +52,9 @@ def _give_gpu(graph: pb.Graph, name: str) -> str:
     return "give it num_gpus"
 
 
-def _decide(state: LowerState, src: int, dst: int, hint: pb.TransportHint | None):
+def _decide(
+    state: LowerState, src: int, dst: int, hint: pb.TransportHint | None
+) -> tuple[pb.Transport, str, pb.Device]:
     g = state.g
     graph = g.graph[A.GRAPH]
     gpu = g.graph[A.GPU_ACTORS]

@@ -193,8 +193,8 @@ def lanes_dot(chart: LaneChart, max_width_pt: float = MAX_WIDTH_PT) -> str:
             f"{tip}, {pos(x, y)}];"
         )
     for link in chart.links:
-        a, b = cells[link.src], cells[link.dst]
-        if cell_xy(a)[0] != cell_xy(b)[0]:
+        src, dst = cells[link.src], cells[link.dst]
+        if cell_xy(src)[0] != cell_xy(dst)[0]:
             continue  # in different bands: the cells name their peers
         arrow = "" if link.arrow else ", dir=none"
         out.append(

@@ -1,8 +1,9 @@
 """Turning DOT source into a picture file: png, svg, pdf, or the DOT itself.
 
 Graphviz draws the pictures. The system's ``dot`` program is used when it is on PATH;
-otherwise pygraphviz (``pip install pygraphviz``, or cgc's ``viz`` extra), whose wheels
-carry Graphviz's libraries and need nothing from the system. ``.dot`` output needs neither.
+otherwise pygraphviz, a core dependency of cgc on the platforms where its wheels carry
+Graphviz's libraries (Linux x86_64/aarch64, macOS arm64, Windows x86_64), so that a plain
+``pip install`` draws with nothing from the system. ``.dot`` output needs neither.
 
 Example::
 
@@ -21,9 +22,10 @@ __all__ = ["FORMATS", "RenderError", "render", "picture_bytes", "output_format"]
 FORMATS = ("png", "svg", "pdf", "dot")
 _LAYOUT = re.compile(r"^\s*layout=(\w+)", re.MULTILINE)
 _NO_GRAPHVIZ = (
-    "drawing a .{fmt} picture needs Graphviz, which is not installed: install it "
-    "(apt-get install graphviz, brew install graphviz, or conda install graphviz), or "
-    "pip install pygraphviz (its wheels include Graphviz); "
+    "drawing a .{fmt} picture needs Graphviz, and neither the dot program (not on PATH) "
+    "nor pygraphviz ({why}) can draw: pip install pygraphviz (cgc's dependency; its wheels "
+    "include Graphviz), or, where pip finds no wheel for this platform, install Graphviz "
+    "(apt-get install graphviz, brew install graphviz, or conda install graphviz); "
     "or write the DOT source instead: -o {dot}"
 )
 
@@ -54,13 +56,20 @@ def _with_system_dot(dot_source: str, fmt: str) -> bytes | None:
         raise CgcError(f"Graphviz could not draw the {fmt}: {exc.stderr!r}") from None
 
 
-def _with_pygraphviz(dot_source: str, fmt: str) -> bytes | None:
-    """The picture drawn by pygraphviz's bundled Graphviz, or None when it is missing."""
+def _with_pygraphviz(dot_source: str, fmt: str) -> bytes | str:
+    """The picture drawn by pygraphviz's bundled Graphviz, or why it cannot draw."""
     try:
         import pygraphviz
-    except ImportError:
-        return None
-    return pygraphviz.AGraph(string=dot_source).draw(format=fmt, prog=_engine(dot_source))
+    except ImportError as exc:
+        # Not installed, or installed without its libraries (a source build gone wrong):
+        # the message says which, for the error that names the fix.
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name == "pygraphviz"
+        return "not installed" if missing else f"cannot be imported: {exc}"
+    try:
+        data = pygraphviz.AGraph(string=dot_source).draw(format=fmt, prog=_engine(dot_source))
+    except ValueError as exc:  # pygraphviz's type for Graphviz's layout and render errors
+        raise CgcError(f"Graphviz (pygraphviz) could not draw the {fmt}: {exc}") from None
+    return bytes(data)
 
 
 def picture_bytes(dot_source: str, fmt: str, out_hint: Path | None = None) -> bytes:
@@ -69,15 +78,18 @@ def picture_bytes(dot_source: str, fmt: str, out_hint: Path | None = None) -> by
     Example: ``picture_bytes("digraph { a -> b }", "svg")[:5] == b"<?xml"``.
 
     Raises:
-        RenderError: neither the ``dot`` program nor pygraphviz is installed.
+        RenderError: neither the ``dot`` program nor pygraphviz is installed; the message
+            names what to install.
+        CgcError: Graphviz is there but fails on the source.
     """
     data = _with_system_dot(dot_source, fmt)
-    if data is None:
-        data = _with_pygraphviz(dot_source, fmt)
-    if data is None:
+    if data is not None:
+        return data
+    drawn = _with_pygraphviz(dot_source, fmt)
+    if isinstance(drawn, str):
         dot = (out_hint or Path("picture")).with_suffix(".dot")
-        raise RenderError(_NO_GRAPHVIZ.format(fmt=fmt, dot=dot))
-    return data
+        raise RenderError(_NO_GRAPHVIZ.format(fmt=fmt, why=drawn, dot=dot))
+    return drawn
 
 
 def output_format(out: Path) -> str:

@@ -18,7 +18,7 @@ from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.text import format_op
 from cgc.viz.lanes import Cell, LaneChart, LegendEntry, Link, Row, lanes_dot
-from cgc.viz.steps import StepOp, step_plan
+from cgc.viz.steps import StepGrid, StepOp, step_plan
 from cgc.viz.style import actor_tint, class_name, task_label
 
 __all__ = ["schedule_chart", "schedule_dot", "OP_STYLE"]
@@ -123,7 +123,7 @@ def schedule_chart(plan: pb.Plan) -> LaneChart:
                      _legend(grid))
 
 
-def _comm_row_above(grid) -> dict[str, bool]:  # noqa: ANN001 - a StepGrid
+def _comm_row_above(grid: StepGrid) -> dict[str, bool]:
     """For each actor with a comm stream: draw its row above the compute row?
 
     Above when most of its SEND/RECV/COLL partners are in lanes above it, so that their
@@ -155,7 +155,7 @@ def _title(plan: pb.Plan, steps: int, ops: int) -> str:
             + " · ".join(line2) + "\n" + " · ".join(line3))
 
 
-def _legend(grid) -> list[LegendEntry]:  # noqa: ANN001 - a StepGrid
+def _legend(grid: StepGrid) -> list[LegendEntry]:
     kinds = {o.op.kind for o in grid.ops}
     out = [LegendEntry("fwd #0", "compute: method #call, task id, execution",
                        *OP_STYLE[pb.COMPUTE])]

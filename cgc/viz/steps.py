@@ -294,7 +294,9 @@ class _Stepper:
             if self.pc[actor] < len(ops) and self.blocked[actor] is None:
                 o = ops[self.pc[actor]]
                 if not o.comm_row and o.op.kind not in COMM_KINDS:
-                    self._place(o, self._ready(o, force=True))
+                    step = self._ready(o, force=True)
+                    assert step is not None  # forced: it waits for nothing
+                    self._place(o, step)
                     self.pc[actor] += 1
                     return
         raise AssertionError("stepping made no progress")  # pragma: no cover - a bug

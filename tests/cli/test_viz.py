@@ -6,10 +6,13 @@ and the terminal views need nothing.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
+import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -234,6 +237,46 @@ def test_without_the_dot_program_pygraphviz_draws(plans, tmp_path, monkeypatch):
         out = tmp_path / "p.png"
         assert main(["viz", str(plans["pipeline_nccl"]), "-o", str(out), *view]) == 0
         assert out.read_bytes()[:8] == MAGIC["png"] and _png_size(out)[0] <= 2000
+
+
+def test_pygraphviz_is_a_core_dependency_here():
+    """The README's first command (``pip install -e .``, no extra) brings Graphviz along."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in project["dependencies"]]
+    pgv = [r for r in wanted if r.name == "pygraphviz"]
+    assert pgv and (pgv[0].marker is None or pgv[0].marker.evaluate()), pgv
+
+
+def test_cgc_viz_draws_with_no_dot_program_anywhere(plans, tmp_path):
+    """`cgc viz` as a user runs it, in a process whose PATH holds no ``dot``: only the
+    environment's bin folder (the ``cgc`` script, python) and an empty folder."""
+    pytest.importorskip("pygraphviz", reason="no pygraphviz wheel for this platform")
+    bin_dir = Path(sys.executable).parent
+    exe = bin_dir / ("cgc.exe" if os.name == "nt" else "cgc")
+    if not exe.exists():
+        pytest.skip("the cgc console script is not installed beside this python")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    path = os.pathsep.join([str(bin_dir), str(empty)])
+    assert shutil.which("dot", path=path) is None, (
+        f"{bin_dir} has a dot program: this test needs an environment without one")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GVBINDIR", "PYTHON"))}
+    env["PATH"] = path
+    for fmt in ("png", "svg"):
+        for view in ([], ["--schedule"]):
+            out = tmp_path / f"chain{'.schedule' if view else ''}.{fmt}"
+            run = subprocess.run([str(exe), "viz", str(plans["chain"]), "-o", str(out), *view],
+                                 env=env, capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stderr
+            assert run.stdout.strip() == str(out)
+            data = out.read_bytes()
+            if fmt == "png":
+                assert data[:8] == MAGIC["png"] and _png_size(out)[0] > 100
+            else:  # an XML prolog, then the drawing, with the plan's actors in it
+                assert data.startswith(b"<?xml") and MAGIC["svg"] in data[:2000]
+                assert b"adder0" in data and data.rstrip().endswith(b"</svg>")
 
 
 def test_readme_shows_a_schedule_picture():

@@ -6,16 +6,15 @@ import sys
 
 import frontend_models as m
 import pytest
+import ray
+from ray.dag import InputNode as RayInput
+from ray.dag import MultiOutputNode as RayMulti
+from ray.experimental.collective import allreduce as ray_allreduce
 
-ray = pytest.importorskip("ray")
-from ray.dag import InputNode as RayInput  # noqa: E402
-from ray.dag import MultiOutputNode as RayMulti  # noqa: E402
-from ray.experimental.collective import allreduce as ray_allreduce  # noqa: E402
-
-import cgc  # noqa: E402
-from cgc.errors import CompileError, UnsupportedNodeError  # noqa: E402
-from cgc.frontend import InputNode, MultiOutputNode, allreduce, record_ray_bind_sites, trace  # noqa: E402
-from cgc.plan_schema import plan_pb2 as pb  # noqa: E402
+import cgc
+from cgc.errors import CompileError, UnsupportedNodeError
+from cgc.frontend import InputNode, MultiOutputNode, allreduce, record_ray_bind_sites, trace
+from cgc.plan_schema import plan_pb2 as pb
 
 OPTS = dict(num_cpus=1, resources={"b": 1.0, "a": 2.0}, runtime_env={"env_vars": {"X": "1"}})
 CgcWorker = cgc.actor(**OPTS)(m.Worker)

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import frontend_models as m
 import pytest
+import ray
+from ray.dag import InputNode, MultiOutputNode
+from ray.experimental.collective import allreduce
+from ray.experimental.util.types import ReduceOp
 
-ray = pytest.importorskip("ray")
-from ray.dag import InputNode, MultiOutputNode  # noqa: E402
-from ray.experimental.collective import allreduce  # noqa: E402
-from ray.experimental.util.types import ReduceOp  # noqa: E402
-
-from cgc.errors import CompileError, RayVersionError  # noqa: E402
-from cgc.frontend import ray_private as rp  # noqa: E402
-from cgc.frontend import record_ray_bind_sites, trace  # noqa: E402
+from cgc.errors import CompileError, RayVersionError
+from cgc.frontend import ray_private as rp
+from cgc.frontend import record_ray_bind_sites, trace
 
 CGC_DIR = Path(rp.__file__).resolve().parents[1]
 

@@ -6,9 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("ray")
-
-from cgc.ray_compat.refs import CgcDAGFuture, CgcDAGRef  # noqa: E402
+from cgc.ray_compat.refs import CgcDAGFuture, CgcDAGRef
 
 
 def _dag(multi: bool) -> SimpleNamespace:

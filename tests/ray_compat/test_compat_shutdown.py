@@ -14,8 +14,6 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("ray")
-
 LOOPS = 4
 
 DROP_IN = textwrap.dedent(f"""

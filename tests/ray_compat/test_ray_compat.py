@@ -11,14 +11,12 @@ import pickle
 import shutil
 import time
 
+import compat_actors
 import pytest
-
-ray = pytest.importorskip("ray")
-
-import compat_actors  # noqa: E402
-from compat_actors import AppError, Counter  # noqa: E402
-from ray.dag import InputNode, MultiOutputNode  # noqa: E402
-from ray.exceptions import (  # noqa: E402
+import ray
+from compat_actors import AppError, Counter
+from ray.dag import InputNode, MultiOutputNode
+from ray.exceptions import (
     ActorDiedError,
     RayCgraphCapacityExceeded,
     RayChannelError,
@@ -26,8 +24,8 @@ from ray.exceptions import (  # noqa: E402
     RayTaskError,
 )
 
-import cgc.ray_compat  # noqa: E402
-from cgc.ray_compat import CompiledDAG  # noqa: E402
+import cgc.ray_compat
+from cgc.ray_compat import CompiledDAG
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -45,6 +45,13 @@ class Worker:
     def pid(self, x=None):
         return os.getpid()
 
+    def busy(self, seconds):
+        """Burn CPU for ``seconds`` (a control for the idle-CPU checks)."""
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        return seconds
+
     def unsendable(self, x):
         if x:
             return lambda: x  # a lambda cannot be pickled by the channel

@@ -57,6 +57,5 @@ def test_a_thread_may_close_while_inside_its_own_call(gate):
 
 
 def test_the_ray_internals_the_runtime_uses_exist():
-    pytest.importorskip("ray")
     assert ray_internals.missing_internals() == []
     assert ray_internals.compiled_dag_registry() is not None
