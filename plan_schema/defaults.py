@@ -10,8 +10,8 @@ Timeouts are seconds; in ``RunConfig`` ``None`` means "no limit". In an ``ExecCo
 field left at 0 (a hand-built plan) takes the default from this table.
 
 ``LIMITS`` bounds what a plan may ask for (capacity, ring sizes, counts); the structure
-check (``cgc.verify.check_structure``) rejects a plan beyond them with a ``PlanLimitError``
-naming the field and the limit, before anything is allocated or simulated. A user with a
+check (``cgc.plan_schema.verify.check_structure``) rejects a plan beyond them with a
+``PlanLimitError`` naming the field and the limit, before anything is allocated or simulated. A user with a
 real reason passes ``limits=dataclasses.replace(LIMITS, capacity=4096)`` to ``verify_plan``.
 
 Example:
@@ -93,7 +93,7 @@ class Limits:
         verify_steps: op steps the simulator may take (executions x ops): a plan whose
             deadlock check needs more is refused, unless 4 executions' worth covers it
             (every plan without prefetch ops, or with them at one place per loop, is
-            always checked; ``cgc.verify.simulate`` says why few executions suffice).
+            always checked; ``cgc.plan_schema.verify.simulate`` says why few executions suffice).
         keyword_fields, positional: ``Graph.keyword_fields`` and ``Graph.num_positional``
             (the arguments of one execution).
         collectives, modules, edges: lengths of ``Graph.collectives``, ``Graph.modules``

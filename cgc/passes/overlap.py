@@ -8,7 +8,7 @@ in its actor's program as it safely can:
 * never before the last op of this actor that the matching SEND depends on, since the
   sender would then wait for an op stuck behind the receive. The dependencies are the
   verifier's own: happens-before clocks of one simulated execution
-  (``cgc.verify.observers.vector_clocks``: program order, WRITE -> READ, rendezvous).
+  (``cgc.plan_schema.verify.observers.vector_clocks``: program order, WRITE -> READ, rendezvous).
 
 The overlapped programs are verified with the same simulator as every plan; if they fail,
 the pass retries with receives that never pass a WRITE (no other actor observes what
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify import VerifyError, default_executions
-from cgc.verify.observers import vector_clocks
-from cgc.verify.simulate import simulate
+from cgc.plan_schema.verify import VerifyError, default_executions
+from cgc.plan_schema.verify.observers import vector_clocks
+from cgc.plan_schema.verify.simulate import simulate
 
 __all__ = ["overlap", "hoist_recvs", "pre", "post"]
 

@@ -17,8 +17,8 @@ from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import DEFAULTS, LIMITS
 from cgc.plan_schema.errors import ConfigError
-from cgc.verify import verify_plan
-from cgc.verify.simulate import simulate
+from cgc.plan_schema.verify import verify_plan
+from cgc.plan_schema.verify.simulate import simulate
 
 
 @pytest.mark.parametrize("name", sorted(shapes.ALL))

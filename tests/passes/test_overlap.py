@@ -10,7 +10,7 @@ from cgc.passes import LowerOptions
 from cgc.passes.overlap import hoist_recvs
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.text import parse_program
-from cgc.verify import verify_plan
+from cgc.plan_schema.verify import verify_plan
 
 
 def _with_programs(plan: pb.Plan, text: str) -> pb.Plan:

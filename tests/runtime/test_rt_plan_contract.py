@@ -11,9 +11,9 @@ import rt_graphs as G
 
 import cgc
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.verify import PlanStructureError
 from cgc.runtime import CapacityExceededError, GetTimeoutError, Plan
 from cgc.runtime.channels.futex import HAVE_WAITV
-from cgc.verify import PlanStructureError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ import shapes
 from cgc.passes import lower
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import LIMITS
-from cgc.verify import PlanLimitError, PlanStructureError, check_structure, verify_plan
+from cgc.plan_schema.verify import PlanLimitError, PlanStructureError, check_structure, verify_plan
 
 
 def _plan(name: str = "two_communicators") -> pb.Plan:

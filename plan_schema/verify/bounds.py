@@ -1,5 +1,5 @@
 """The plan's bounds (``Limits``) and the checks of its values, actor options and tensor
-specs, for the structure check (``cgc.verify.structure``) and for ``cgc inspect``.
+specs, for the structure check (``cgc.plan_schema.verify.structure``) and for ``cgc inspect``.
 
 ``check_bounds`` is layer 1: the lengths of the plan's lists (each a ``len``, so a plan
 that asks for too much is refused at the cost of reading it), ``ExecConfig`` numbers,
@@ -16,7 +16,7 @@ within ``value_items``/``value_depth``; a value that passes decodes
 is the trust decision's business).
 
 ``REPEATED_BOUNDS`` names, for every repeated field of ``plan.proto``, the ``Limits``
-attribute that bounds it; ``tests/verify/test_bounds.py`` keeps it complete.
+attribute that bounds it; ``tests/plan_schema/verify/test_bounds.py`` keeps it complete.
 
 Example: ``check_bounds(plan, LIMITS)`` returns None for a plan ``lower`` wrote.
 """
@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import DEFAULTS, LIMITS, Limits
 from cgc.plan_schema.values import DTYPE_BYTES, TORCH_DTYPE_BYTES, numpy_itemsize
-from cgc.verify.errors import PlanLimitError, PlanStructureError
+from cgc.plan_schema.verify.errors import PlanLimitError, PlanStructureError
 
 __all__ = ["check_bounds", "check_limits", "check_value", "check_spec", "limit", "Values",
            "Rings", "REPEATED_BOUNDS"]
