@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.defaults import DEFAULTS, LIMITS, Limits
+from cgc.plan_schema.defaults import LIMITS, Limits, ring_slot_bytes
 from cgc.plan_schema.values import DTYPE_BYTES, TORCH_DTYPE_BYTES, numpy_itemsize
 from cgc.plan_schema.verify.errors import PlanLimitError, PlanStructureError
 
@@ -147,7 +147,7 @@ class Rings:
 
     def __init__(self, plan: pb.Plan, limits: Limits) -> None:
         self.limits = limits
-        self.default = plan.config.default_slot_bytes or int(DEFAULTS["default_slot_bytes"])
+        self.default = plan.config.default_slot_bytes
         self.total = 0
 
     def add(self, cid: int, host: bool, slots: int, slot_bytes: int, readers: int) -> None:
@@ -157,7 +157,8 @@ class Rings:
         limit(f"Channel c{cid} slot_bytes", slot_bytes, lim, "slot_bytes")
         limit(f"Channel c{cid} readers", readers, lim, "actors")
         if host:
-            self.total += slots * (slot_bytes or self.default)
+            # what the runtime reserves for the ring (0: the config's size, and the floor)
+            self.total += slots * ring_slot_bytes(slot_bytes, self.default)
 
     def done(self) -> None:
         """After the last channel: the shared memory of all rings."""

@@ -13,7 +13,7 @@ import shapes
 
 from cgc.passes import lower
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.defaults import LIMITS
+from cgc.plan_schema.defaults import LIMITS, MIN_SLOT_BYTES
 from cgc.plan_schema.verify import PlanLimitError, PlanStructureError, check_structure, verify_plan
 
 
@@ -143,6 +143,26 @@ def test_absurd_values_are_refused_naming_field_and_limit(case):
         verify_plan(plan)
     assert ei.value.limit == getattr(LIMITS, ei.value.name) < ei.value.value
     assert f"Limits.{ei.value.name}" in str(ei.value)
+
+
+def test_the_ring_bound_counts_what_the_runtime_reserves():
+    # A host channel of slot size 0 takes the config's default, a tiny one the floor
+    # (ring_slot_bytes): the bound adds up those sizes, not the fields as written.
+    plan = _plan("chain")
+    host = [c for c in plan.lowered.channels if c.kind == pb.CHAN_HOST]
+    for c in host:
+        c.slot_bytes = 0
+    plan.config.default_slot_bytes = 8192
+    reserved = sum(c.slots * 8192 for c in host)
+    check_structure(plan, replace(LIMITS, ring_bytes=reserved))
+    with pytest.raises(PlanLimitError, match="shared memory of all rings"):
+        check_structure(plan, replace(LIMITS, ring_bytes=reserved - 1))
+    for c in host:
+        c.slot_bytes = 1
+    floored = sum(c.slots * MIN_SLOT_BYTES for c in host)
+    check_structure(plan, replace(LIMITS, ring_bytes=floored))
+    with pytest.raises(PlanLimitError, match="shared memory of all rings"):
+        check_structure(plan, replace(LIMITS, ring_bytes=floored - 1))
 
 
 def test_limits_can_be_raised_by_a_user_with_a_reason():
