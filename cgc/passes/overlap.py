@@ -26,6 +26,7 @@ the next. The runtime gets the same overlap from the hoisted receives on the com
 
 from __future__ import annotations
 
+from cgc.ir import attrs as A
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.verify import VerifyError, default_executions
@@ -78,8 +79,11 @@ def hoist_recvs(plan: pb.Plan, *, past_writes: bool = True) -> int:
     return moves
 
 
-def _has_gpu_comm(plan: pb.Plan) -> bool:
-    return any(c.backend == "nccl" for c in plan.lowered.communicators)
+def _has_gpu_comm(state: LowerState) -> bool:
+    """Some communicator has only GPU actors (``cgc.ir.graph.has_gpu``): its ops can run on
+    a comm stream beside the compute stream."""
+    gpu = state.g.graph[A.GPU_ACTORS]
+    return any(all(m in gpu for m in c.members) for c in state.lowered.communicators)
 
 
 def overlap(state: LowerState) -> None:
@@ -88,7 +92,7 @@ def overlap(state: LowerState) -> None:
     Example: ``lower(plan, LowerOptions(overlap=True)).lowered.schedule.overlap``.
     """
     plan, opt = state.plan, state.options.overlap
-    on = _has_gpu_comm(plan) if opt is None else opt
+    on = _has_gpu_comm(state) if opt is None else opt
     state.lowered.schedule.overlap = False
     if not on:
         return

@@ -37,11 +37,9 @@ from cgc.plan_schema.verify.bounds import Rings, Values, check_bounds, check_spe
 from cgc.plan_schema.verify.errors import PlanStructureError
 from cgc.plan_schema.verify.programs import Index, check_programs, node_inputs
 
-__all__ = ["check_structure", "node_inputs", "BACKENDS"]
+__all__ = ["check_structure", "node_inputs"]
 
 _TASKS = (pb.CALL, pb.COLLECTIVE)
-# Communicator backends a plan may name (the runtime registers a factory per backend).
-BACKENDS = ("nccl", "cpu")
 
 
 def _known(enum: Any) -> frozenset[int]:  # a protobuf enum wrapper
@@ -332,8 +330,6 @@ def _check_communicators(plan: pb.Plan, ix: Index) -> None:
         what = f"communicator {c.id}"
         if c.id != i:
             _fail(f"{what} is at position {i}; communicator ids must be 0, 1, ... in order")
-        if c.backend not in BACKENDS:
-            _fail(f"{what} has backend {c.backend!r}; known: {', '.join(BACKENDS)}")
         members = list(c.members)
         if len(members) < 2 or len(set(members)) != len(members):
             _fail(f"{what} needs two or more distinct members, not {members}")

@@ -66,8 +66,9 @@ def test_chain_channels_and_driver_ends():
 def test_two_writer_and_two_way_nccl():
     for f in (shapes.two_writer_nccl, shapes.two_way_nccl):
         plan = lower(f())
-        assert any(c.kind == pb.CHAN_NCCL for c in plan.lowered.channels)
-        assert plan.lowered.communicators[0].backend == "nccl"
+        nccl = [c for c in plan.lowered.channels if c.kind == pb.CHAN_NCCL]
+        ends = {e for c in nccl for e in (c.writer, *c.readers)}
+        assert nccl and set(plan.lowered.communicators[0].members) == ends
 
 
 def test_overlap_can_be_forced_off():

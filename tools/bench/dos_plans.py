@@ -191,7 +191,7 @@ def wide_collective(members: int = 4096) -> pb.Plan:
     low = plan.lowered
     c_in = _host(low, DRIVER, names, 1, 1)
     coll = g.collectives.add(id=0, kind=pb.ALLREDUCE)
-    low.communicators.add(id=0, backend="nccl", members=names)
+    low.communicators.add(id=0, members=names)
     progs = []
     for n in names:
         nid = len(g.nodes)

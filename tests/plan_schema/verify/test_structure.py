@@ -71,7 +71,6 @@ CASES = {
     "no output": (_set("graph.nodes[7].kind", pb.CALL), "exactly one INPUT and one OUTPUT"),
     "edge channel": (_set("lowered.edges[0].channel", 40), "uses channel c40"),
     "edge node": (_set("lowered.edges[0].target", 40), "names a node that does not exist"),
-    "communicator backend": (_set("lowered.communicators[0].backend", "gloo"), "backend"),
     "communicator member": (lambda p: p.lowered.communicators[1].members.append("q"), "members"),
     "op communicator": (_set("lowered.programs[0].ops[2].communicator", 1), "communicator 1,"),
     "coll communicator": (_set("lowered.programs[0].ops[4].communicator", 0), "rank order"),
@@ -143,6 +142,23 @@ def test_absurd_values_are_refused_naming_field_and_limit(case):
         verify_plan(plan)
     assert ei.value.limit == getattr(LIMITS, ei.value.name) < ei.value.value
     assert f"Limits.{ei.value.name}" in str(ei.value)
+
+
+def test_a_plan_of_format_1_4_with_communicator_backends_still_verifies():
+    # Format 1.5 reserved Communicator field 2 (``backend``, never read by the runtime):
+    # an older plan's value is an unknown field, kept byte for byte and ignored.
+    plan = _plan()
+    old = pb.Plan()
+    old.CopyFrom(plan)
+    for c in old.lowered.communicators:
+        legacy = pb.Communicator()
+        legacy.ParseFromString(b"\x12\x04nccl" + c.SerializeToString())  # field 2: "nccl"
+        c.CopyFrom(legacy)
+    data = old.SerializeToString(deterministic=True)
+    assert data != plan.SerializeToString(deterministic=True) and b"\x12\x04nccl" in data
+    read = pb.Plan.FromString(data)
+    assert read.SerializeToString(deterministic=True) == data
+    verify_plan(read)
 
 
 def test_the_ring_bound_counts_what_the_runtime_reserves():
