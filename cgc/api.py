@@ -119,7 +119,7 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
             ``1..Limits.capacity``.
         ConfigError: ``at_capacity`` is not ``"wait"``/``"raise"``, or ``capacity`` and
             ``_max_inflight_executions`` disagree.
-        cgc.verify.DeadlockError: the lowered programs could deadlock (a compiler bug).
+        cgc.plan_schema.verify.DeadlockError: the lowered programs could deadlock (a compiler bug).
     """
     from cgc import frontend, passes
     from cgc.runtime import Plan

@@ -1,7 +1,8 @@
-"""The .cgplan format: the protobuf schema, the file envelope and typed values.
+"""The .cgplan contract: the protobuf schema, the file envelope, typed values, defaults and
+limits, and the verifier (``cgc.plan_schema.verify``: structure check, bounds, simulator).
 
 Imported as ``cgc.plan_schema``; shared by the compiler and the runtime (which must not
-import the compiler).
+import the compiler). Importing this package does not import the verifier.
 """
 
 from __future__ import annotations

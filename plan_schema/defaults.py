@@ -10,8 +10,8 @@ Timeouts are seconds; in ``RunConfig`` ``None`` means "no limit". In an ``ExecCo
 field left at 0 (a hand-built plan) takes the default from this table.
 
 ``LIMITS`` bounds what a plan may ask for (capacity, ring sizes, counts); the structure
-check (``cgc.verify.check_structure``) rejects a plan beyond them with a ``PlanLimitError``
-naming the field and the limit, before anything is allocated or simulated. A user with a
+check (``cgc.plan_schema.verify.check_structure``) rejects a plan beyond them with a
+``PlanLimitError`` naming the field and the limit, before anything is allocated or simulated. A user with a
 real reason passes ``limits=dataclasses.replace(LIMITS, capacity=4096)`` to ``verify_plan``.
 
 Example:
@@ -42,6 +42,8 @@ __all__ = [
     "Limits",
     "LIMITS",
     "MAX_BUFFERED_BYTES",
+    "MIN_SLOT_BYTES",
+    "ring_slot_bytes",
 ]
 
 # ExecConfig field -> default. Why these values: a submission waits only for room (10 s is
@@ -60,6 +62,41 @@ DEFAULTS: dict[str, float | int] = {
 
 # Results buffered for refs not fetched yet hold their shared-memory blocks: 2 GiB of them.
 MAX_BUFFERED_BYTES = 2 << 30
+
+# The smallest inline payload of a ring slot, whatever a plan or a run asks (see below).
+MIN_SLOT_BYTES = 256
+
+
+def ring_slot_bytes(*sizes: int) -> int:
+    """The inline payload bytes of one ring slot: the one rule for "0 means the default".
+
+    ``sizes`` go from the most specific to the least: a channel's own ``Channel.slot_bytes``,
+    then the run's default (``RunConfig.slot_bytes``: ``start(slot_bytes=...)``, else the
+    plan's ``ExecConfig.default_slot_bytes``). The first that is not 0 counts; when all are
+    0 (or none is given), ``DEFAULTS["default_slot_bytes"]`` (1 MiB). The result is never
+    below ``MIN_SLOT_BYTES`` (256): the ring refuses slots under 64 bytes, and the warm-up
+    ``PING`` (53 bytes pickled) and other small values must stay inline; a smaller slot
+    would send each of them through a data block from the pool, a shared-memory
+    allocation per write.
+
+    The runtime sizes every ring with it, the structure check and the compiler's ring check
+    add it up for ``Limits.ring_bytes``, and ``RunConfig`` resolves the run's default with
+    it, so they all agree on what a plan reserves.
+
+    Example:
+        >>> ring_slot_bytes(4096, 8192), ring_slot_bytes(0, 8192), ring_slot_bytes(0, 0)
+        (4096, 8192, 1048576)
+        >>> ring_slot_bytes(64), ring_slot_bytes()
+        (256, 1048576)
+
+    Raises:
+        ValueError: a negative size (plans hold unsigned ones; ``RunConfig.from_plan``
+            refuses a negative override with a ``ConfigError`` first).
+    """
+    if any(n < 0 for n in sizes):
+        raise ValueError(f"a slot size cannot be negative: {sizes}")
+    chosen = next((n for n in sizes if n), int(DEFAULTS["default_slot_bytes"]))
+    return max(int(chosen), MIN_SLOT_BYTES)
 
 AT_CAPACITY = {"wait": pb.AT_CAPACITY_WAIT, "raise": pb.AT_CAPACITY_RAISE}
 
@@ -93,7 +130,7 @@ class Limits:
         verify_steps: op steps the simulator may take (executions x ops): a plan whose
             deadlock check needs more is refused, unless 4 executions' worth covers it
             (every plan without prefetch ops, or with them at one place per loop, is
-            always checked; ``cgc.verify.simulate`` says why few executions suffice).
+            always checked; ``cgc.plan_schema.verify.simulate`` says why few executions suffice).
         keyword_fields, positional: ``Graph.keyword_fields`` and ``Graph.num_positional``
             (the arguments of one execution).
         collectives, modules, edges: lengths of ``Graph.collectives``, ``Graph.modules``
@@ -183,7 +220,9 @@ class RunConfig:
         submit_timeout, get_timeout: seconds, ``None`` = no limit.
         teardown_timeout, setup_timeout: seconds (always finite).
         spin_us: busy-wait before a channel wait sleeps.
-        slot_bytes: initial slot size of channels whose plan entry names none.
+        slot_bytes: initial slot size of channels whose plan entry names none (an
+            override, else the plan's ``default_slot_bytes``, resolved by
+            ``ring_slot_bytes``; an override of 0 means the plan's).
         max_buffered_results: results the driver holds for refs not fetched yet.
         max_buffered_bytes: payload bytes of those results (large values are read
             zero-copy, so this bounds shared memory held by unfetched results).
@@ -282,6 +321,10 @@ class RunConfig:
         )
         if spin < 0 or buffered < 1:
             raise ConfigError("spin_us must be >= 0 and max_buffered_results >= 1")
+        slot = int(over.get("slot_bytes", 0))
+        if not 0 <= slot <= LIMITS.slot_bytes:
+            raise ConfigError(f"slot_bytes must be within 0..{LIMITS.slot_bytes:,} "
+                              f"(Limits.slot_bytes; 0: the plan's), not {slot:,}")
         frame = int(over.get("max_frame_bytes", MAX_FRAME_BYTES))
         if frame < MIN_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be >= {MIN_FRAME_BYTES} (64 KiB), "
@@ -294,7 +337,7 @@ class RunConfig:
             teardown_timeout=timeout("teardown_timeout", "teardown_timeout_s") or 3600.0,
             setup_timeout=timeout("setup_timeout", "setup_timeout_s") or 3600.0,
             spin_us=spin,
-            slot_bytes=int(over.get("slot_bytes", _plan_value(config, "default_slot_bytes"))),
+            slot_bytes=ring_slot_bytes(slot, config.default_slot_bytes),
             max_buffered_results=buffered,
             max_buffered_bytes=int(over.get("max_buffered_bytes", MAX_BUFFERED_BYTES)),
             communicator=comm,

@@ -293,7 +293,7 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
     out.append(f"  driver writes {list(low.input_channels)}, reads {list(low.output_channels)}")
     if low.communicators:
         out.append("communicators:")
-        out.extend(f"  comm {c.id} {c.backend}: {' '.join(c.members)}" for c in low.communicators)
+        out.extend(f"  comm {c.id}: {' '.join(c.members)}" for c in low.communicators)
     out.append("programs:")
     out.extend("  " + format_program(p) for p in low.programs)
     depths = [f"{p.actor}={p.wake_depth}" for p in low.programs if p.wake_depth]

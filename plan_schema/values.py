@@ -43,8 +43,8 @@ class ValueDecodeError(PlanFormatError):
     """A plan's value cannot be turned back into a Python object (exit code 4); ``path``
     names the value (``example_args[0]``, ``actor w0 ctor_args[1]``) and where inside it.
 
-    The structure check (``cgc.verify``) refuses such values before anything runs; this is
-    what decoding raises for a plan that was never checked.
+    The structure check (``cgc.plan_schema.verify``) refuses such values before anything
+    runs; this is what decoding raises for a plan that was never checked.
     """
 
     def __init__(self, message: str, path: str = "") -> None:

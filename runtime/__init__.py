@@ -1,7 +1,8 @@
 """cgc's runtime: load a plan, start it on Ray actors, run it fast, fail clearly.
 
-Depends on the plan schema, Ray, numpy/torch only - never on the compiler (``cgc.frontend``,
-``cgc.passes``, ``cgc.verify``) or networkx.
+Depends on the plan contract (``cgc.plan_schema``, whose ``verify`` subpackage ``start()``
+runs), Ray, numpy/torch only - never on the compiler (``cgc.frontend``, ``cgc.passes``,
+``cgc.ir``) or networkx.
 
 Example::
 

@@ -33,6 +33,7 @@ import secrets
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.defaults import ring_slot_bytes
 
 __all__ = [
     "new_graph_prefix",
@@ -92,11 +93,10 @@ def open_writer(ch: pb.Channel, prefix: str, *, spin_us: float = 0.0,
 
     # The plan is verified before anything opens: slots >= 1; a channel without its own
     # slot size takes the run's default (RunConfig.slot_bytes, from the plan's config).
-    slot_bytes = ch.slot_bytes or default_slot_bytes
     return ShmRingWriter.create(
         channel_name(prefix, ch.id),
         slots=ch.slots,
-        slot_bytes=max(int(slot_bytes), 256),
+        slot_bytes=ring_slot_bytes(ch.slot_bytes, default_slot_bytes),
         num_readers=len(ch.readers),
         spin_us=spin_us,
     )

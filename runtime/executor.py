@@ -33,7 +33,7 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.collective import ReduceOp
-from cgc.plan_schema.defaults import MAX_FRAME_BYTES
+from cgc.plan_schema.defaults import MAX_FRAME_BYTES, ring_slot_bytes
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.devices import move_to
@@ -314,13 +314,17 @@ class ActorLoop:
             # to the op that uses the value (deferred); otherwise the receive waits itself.
             deferred = any(o.stream == pb.COMM_STREAM for o in self.program.ops)
             self.streams = actor_streams(eager_wait=not deferred)
-        # CUDA IPC slots start at the largest value the plan declares for the group's edges.
-        sizes = [_spec_nbytes(ch) or ch.slot_bytes for ch in self.plan.lowered.channels
+        # CUDA IPC slots start at the largest value the plan declares for the group's edges
+        # (a declared tensor, else the channel's slot size by the schema's rule), and at
+        # 1 MiB at least: a value larger than its slot regrows the slot, a device
+        # allocation and a handle exchange.
+        sizes = [_spec_nbytes(ch) or ring_slot_bytes(ch.slot_bytes, self.slot_bytes)
+                 for ch in self.plan.lowered.channels
                  if ch.kind == pb.CHAN_NCCL and ch.communicator == comm.id]
         return open_device_communicator(
             transport, rank=list(comm.members).index(self.actor), world_size=len(comm.members),
             prefix=communicator_prefix(self.prefix, comm.id), streams=self.streams,
-            unique_id=uid, slot_bytes=max(sizes + [self.slot_bytes or 0, 1 << 20]),
+            unique_id=uid, slot_bytes=max([*sizes, self.slot_bytes, 1 << 20]),
             init_timeout=timeout, name=f"communicator {comm.id} of {self.plan.name}")
 
     def warm(self, timeout: float) -> None:

@@ -139,7 +139,7 @@ class Plan:
             UntrustedPlanError: the plan's trust decision does not allow it to run (checked
                 before any actor is created or any code from the plan runs).
             ConfigError: an override is unknown or out of range.
-            cgc.verify.VerifyError: the plan is malformed or its programs can deadlock.
+            cgc.plan_schema.verify.VerifyError: the plan is malformed or its programs can deadlock.
             PlacementError: some actors cannot be placed on the cluster (named).
             SetupError: actors, channels or warm-up failed.
         """

@@ -120,10 +120,10 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
         ConfigError: a bad override. VerifyError: the plan is malformed or can deadlock.
         PlacementError, SetupError.
     """
+    from cgc.plan_schema.verify import verify_plan
     from cgc.runtime.actors import make_actors
     from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice, ray_session
     from cgc.runtime.session import track_session
-    from cgc.verify import verify_plan
 
     t0 = time.perf_counter()
     proto = plan.proto

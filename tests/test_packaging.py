@@ -1,8 +1,10 @@
 """Packaging: every package is installed, `cgc --help` stays light, the runtime stays
-independent of the compiler, and the code is ruff-clean."""
+independent of the compiler (it imports the plan contract, ``cgc.plan_schema``, only), and
+the code is ruff-clean."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -64,17 +66,69 @@ def _cgc_modules_outside(mods: set[str], allowed: tuple[str, ...]) -> set[str]:
     }
 
 
+# The runtime depends on the plan contract only: the schema package, which holds the
+# verifier that start() runs (cgc.plan_schema.verify).
+RUNTIME_MAY_IMPORT = ("cgc.runtime", "cgc.plan_schema")
+
+
 def test_runtime_does_not_import_the_compiler():
-    # The runtime may use the schema and the verifier (which itself needs only the schema).
     mods = _imported_after("import cgc.runtime")
-    allowed = ("cgc.runtime", "cgc.plan_schema", "cgc.verify")
-    assert not _cgc_modules_outside(mods, allowed)
+    assert not _cgc_modules_outside(mods, RUNTIME_MAY_IMPORT)
+
+
+def _imports_in(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``path``: statements at any depth (the runtime
+    imports lazily inside functions) and ``importlib.import_module("...")`` of a literal."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            # ``from cgc import verify`` names the module in the alias, not in ``module``
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def test_runtime_source_imports_nothing_of_the_compiler():
+    # Import-time probing cannot see the imports inside functions (start() imports the
+    # verifier lazily), so every import written anywhere in runtime/ is read here.
+    compiler = ("cgc.verify", "cgc.frontend", "cgc.passes", "cgc.ir", "cgc.cli", "cgc.api",
+                "cgc.viz", "cgc.ray_compat")
+    bad = []
+    for path in sorted((ROOT / "runtime").rglob("*.py")):
+        for line, mod in _imports_in(path):
+            ours = mod.startswith("cgc.")
+            if mod.split(".")[0] == "networkx" or (
+                ours and (mod.startswith(compiler) or not mod.startswith(RUNTIME_MAY_IMPORT))
+            ):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {mod}")
+    assert not bad, "the runtime imports the compiler:\n" + "\n".join(bad)
+
+
+def test_the_import_scan_sees_a_lazy_import_of_the_compiler(tmp_path: Path):
+    # The scan above must be able to fail: a lazy import inside a function is found.
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from cgc import verify\n    import cgc.passes.lower\n")
+    assert ("cgc.verify" in {m for _, m in _imports_in(probe)}
+            and "cgc.passes.lower" in {m for _, m in _imports_in(probe)})
 
 
 def test_verifier_depends_only_on_the_schema():
-    mods = _imported_after("import cgc.verify")
-    assert not _cgc_modules_outside(mods, ("cgc.verify", "cgc.plan_schema"))
+    mods = _imported_after("import cgc.plan_schema.verify")
+    assert not _cgc_modules_outside(mods, ("cgc.plan_schema",))
     assert "ray" not in mods and "torch" not in mods
+
+
+def test_the_old_verifier_package_is_gone():
+    # One home for the verifier: a leftover cgc/verify/ would be a second copy to drift.
+    assert not (ROOT / "cgc" / "verify").exists()
+    assert "cgc.verify" not in _declared()
 
 
 def test_ruff_clean(require_tool):

@@ -32,7 +32,7 @@ def check_cmd(plan_path: Path, executions: int | None) -> None:
     from cgc.cli.trust_text import trust_lines
     from cgc.plan_schema.planfile import open_plan
     from cgc.plan_schema.requirements import requirements
-    from cgc.verify import verify_plan
+    from cgc.plan_schema.verify import verify_plan
 
     pf = open_plan(plan_path)  # read once: magic, version, length, checksum, signature
     # Checking never unpickles values, so a plan that needs trust is still checkable.

@@ -1,7 +1,8 @@
 """``cgc inspect PLAN [--json | --code]``: a plan as readable text, as protobuf's JSON
 mapping, or the source code it embeds. Inspecting never runs anything from the plan: pickled
 values show as ``<pickled, N bytes>`` and embedded source is printed, never executed. A plan
-beyond ``Limits`` is refused first (``cgc.verify.bounds.check_limits``), as check and viz do."""
+beyond ``Limits`` is refused first (``cgc.plan_schema.verify.bounds.check_limits``), as check
+and viz do."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def inspect_cmd(plan_path: Path, as_json: bool, as_code: bool) -> None:
     refuse it (exit code 4); a plan that is malformed otherwise is still printed.
     """
     from cgc.plan_schema.planfile import open_plan
-    from cgc.verify.bounds import check_limits
+    from cgc.plan_schema.verify.bounds import check_limits
 
     pf = open_plan(plan_path)
     check_limits(pf.plan)

@@ -38,7 +38,7 @@ def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool
 
     if output is not None and not as_ascii:
         viz.output_format(output)  # a usage error before any work
-    from cgc.verify import check_structure
+    from cgc.plan_schema.verify import check_structure
 
     plan = read_plan(plan_path, trust=True)  # drawing never unpickles or executes anything
     # A malformed plan (checksummed, but not what a compiler writes) is refused with the

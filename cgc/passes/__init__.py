@@ -57,7 +57,7 @@ def lower(plan: pb.Plan, options: LowerOptions | None = None) -> pb.Plan:
     Raises:
         cgc.errors.CompileError: the graph cannot be lowered (a transport hint that cannot
             hold, a collective on one actor, bind orders that contradict the data flow).
-        cgc.verify.VerifyError: the lowered programs fail verification (a compiler bug).
+        cgc.plan_schema.verify.VerifyError: the lowered programs fail verification (a compiler bug).
         PassInvariantError: a pass broke its own postcondition (a compiler bug).
     """
     options = options or LowerOptions()

@@ -26,7 +26,7 @@ from cgc.ir import attrs as A
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.defaults import DEFAULTS
+from cgc.plan_schema.defaults import ring_slot_bytes
 
 __all__ = ["assign_capacity", "pre", "post", "MAX_CAPACITY"]
 
@@ -56,12 +56,18 @@ def _check_option(value: int | None, limit: int, name: str) -> None:
 
 def _check_ring_bytes(state: LowerState) -> None:
     low, limit = state.lowered, state.options.limits.ring_bytes
-    default = int(DEFAULTS["default_slot_bytes"])
+    default = state.plan.config.default_slot_bytes  # 0 until pass config: the table's
+
+    def ring(ch: pb.Channel) -> int:  # what the runtime reserves: the rule of the schema
+        return ch.slots * ring_slot_bytes(ch.slot_bytes, default)
+
     host = [ch for ch in low.channels if ch.kind == pb.CHAN_HOST]
-    total = sum(ch.slots * (ch.slot_bytes or default) for ch in host)
+    total = sum(ring(ch) for ch in host)
     if total > limit:
-        big = sorted(host, key=lambda ch: (-ch.slots * (ch.slot_bytes or default), ch.id))[:3]
-        names = ", ".join(f"c{ch.id} ({ch.slots} x {ch.slot_bytes:,} bytes)" for ch in big)
+        big = sorted(host, key=lambda ch: (-ring(ch), ch.id))[:3]
+        names = ", ".join(
+            f"c{ch.id} ({ch.slots} x {ring_slot_bytes(ch.slot_bytes, default):,} bytes)"
+            for ch in big)
         raise CompileError(
             f"the channels' rings would reserve {total:,} bytes of shared memory, above "
             f"Limits.ring_bytes = {limit:,} (largest: {names}); lower the capacity or the "

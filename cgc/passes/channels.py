@@ -24,13 +24,12 @@ from cgc.ir import attrs as A
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.defaults import DEFAULTS
+from cgc.plan_schema.defaults import ring_slot_bytes
 from cgc.plan_schema.values import DTYPE_BYTES
 
 __all__ = ["build_channels", "pre", "post", "EXTRACTED"]
 
 _NAME = "channels"
-_DEFAULT_SLOT_BYTES = int(DEFAULTS["default_slot_bytes"])
 # Edge.reason of an input attribute taken out of the whole input (see the module doc).
 EXTRACTED = "taken out of the whole input"
 # (channel kind, the edge transports it carries), host first: the id order.
@@ -38,15 +37,16 @@ _KINDS = ((pb.CHAN_HOST, (pb.HOST, pb.DEVICE_COPY)), (pb.CHAN_NCCL, (pb.NCCL,)))
 
 
 def _slot_bytes(hint: pb.TransportHint | None, limit: int) -> int:
-    """Bytes of a declared static tensor plus room for its header, else the default.
+    """Bytes of a declared static tensor plus room for its header, else the default
+    (``ring_slot_bytes()``: the plan holds the size the runtime will use).
 
     At most ``limit`` (``Limits.slot_bytes``): a larger value travels in a data block.
     """
     if hint is None or not hint.spec.dtype or not hint.spec.shape:
-        return _DEFAULT_SLOT_BYTES
+        return ring_slot_bytes()
     size = DTYPE_BYTES.get(hint.spec.dtype)
     if size is None or any(d < 0 for d in hint.spec.shape):
-        return _DEFAULT_SLOT_BYTES
+        return ring_slot_bytes()
     return min(limit, max(4096, math.prod(hint.spec.shape) * size + 4096))
 
 

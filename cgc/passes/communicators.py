@@ -3,8 +3,8 @@
 One point-to-point communicator holds every actor at either end of an NCCL channel, ranked
 in ``Graph.actors`` order. Each collective uses the communicator whose members are its
 member actors in the collective's rank order (``Collective.nodes`` order); groups with the
-same members and ranks are shared. Backend ``"nccl"`` when every member has a GPU, else
-``"cpu"`` (the runtime's CPU communicator, same blocking semantics).
+same members and ranks are shared. The plan names no transport for them: the runtime binds
+one at start from where the members landed (``cgc.runtime.gpu.binding``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ def _comm(state: LowerState, members: tuple[str, ...]) -> int:
     for c in low.communicators:
         if tuple(c.members) == members:
             return c.id
-    gpu = state.g.graph[A.GPU_ACTORS]
-    backend = "nccl" if all(m in gpu for m in members) else "cpu"
-    c = low.communicators.add(id=len(low.communicators), backend=backend, members=members)
+    c = low.communicators.add(id=len(low.communicators), members=members)
     return c.id
 
 

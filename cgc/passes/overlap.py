@@ -8,7 +8,7 @@ in its actor's program as it safely can:
 * never before the last op of this actor that the matching SEND depends on, since the
   sender would then wait for an op stuck behind the receive. The dependencies are the
   verifier's own: happens-before clocks of one simulated execution
-  (``cgc.verify.observers.vector_clocks``: program order, WRITE -> READ, rendezvous).
+  (``cgc.plan_schema.verify.observers.vector_clocks``: program order, WRITE -> READ, rendezvous).
 
 The overlapped programs are verified with the same simulator as every plan; if they fail,
 the pass retries with receives that never pass a WRITE (no other actor observes what
@@ -26,11 +26,12 @@ the next. The runtime gets the same overlap from the hoisted receives on the com
 
 from __future__ import annotations
 
+from cgc.ir import attrs as A
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify import VerifyError, default_executions
-from cgc.verify.observers import vector_clocks
-from cgc.verify.simulate import simulate
+from cgc.plan_schema.verify import VerifyError, default_executions
+from cgc.plan_schema.verify.observers import vector_clocks
+from cgc.plan_schema.verify.simulate import simulate
 
 __all__ = ["overlap", "hoist_recvs", "pre", "post"]
 
@@ -78,8 +79,11 @@ def hoist_recvs(plan: pb.Plan, *, past_writes: bool = True) -> int:
     return moves
 
 
-def _has_gpu_comm(plan: pb.Plan) -> bool:
-    return any(c.backend == "nccl" for c in plan.lowered.communicators)
+def _has_gpu_comm(state: LowerState) -> bool:
+    """Some communicator has only GPU actors (``cgc.ir.graph.has_gpu``): its ops can run on
+    a comm stream beside the compute stream."""
+    gpu = state.g.graph[A.GPU_ACTORS]
+    return any(all(m in gpu for m in c.members) for c in state.lowered.communicators)
 
 
 def overlap(state: LowerState) -> None:
@@ -88,7 +92,7 @@ def overlap(state: LowerState) -> None:
     Example: ``lower(plan, LowerOptions(overlap=True)).lowered.schedule.overlap``.
     """
     plan, opt = state.plan, state.options.overlap
-    on = _has_gpu_comm(plan) if opt is None else opt
+    on = _has_gpu_comm(state) if opt is None else opt
     state.lowered.schedule.overlap = False
     if not on:
         return

@@ -26,8 +26,8 @@ task that produced the value. SEND/RECV/COLL ops carry their communicator
 
 The makespan recorded in ``ScheduleInfo`` is not the scheduler's own: the verifier's
 simulator steps one execution of the finished programs in its timed mode
-(``cgc.verify.observers.Timing``), so the plan's figure comes from the same semantics the
-verifier proves. The scheduler's clocks only choose among candidates; the postcondition
+(``cgc.plan_schema.verify.observers.Timing``), so the plan's figure comes from the same
+semantics the verifier proves. The scheduler's clocks only choose among candidates; the postcondition
 checks that both agree.
 """
 
@@ -42,7 +42,7 @@ from cgc.ir.graph import task_order, where
 from cgc.passes.state import LowerState, require
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify.observers import timed_makespan
+from cgc.plan_schema.verify.observers import timed_makespan
 
 __all__ = ["schedule", "pre", "post", "DEFAULT_COMPUTE_US", "DEFAULT_TRANSFER_US"]
 

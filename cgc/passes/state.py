@@ -33,7 +33,7 @@ class LowerOptions:
             for every actor), plus ``"transfer"`` for one channel transfer.
         slots: force every channel's ring depth (None = chosen per channel).
         verify_executions: executions the verifier steps (None = what decides every
-            number of executions; see ``cgc.verify.simulate``).
+            number of executions; see ``cgc.plan_schema.verify.simulate``).
         capacity: force ``config.capacity`` (None = computed from the pipeline depth);
             Ray's ``_max_inflight_executions``.
         at_capacity: ``"wait"`` (``execute()`` waits for room, cgc's default) or

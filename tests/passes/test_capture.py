@@ -9,7 +9,7 @@ import pytest
 import cgc
 from cgc import InputNode
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify import PlanStructureError, verify_plan
+from cgc.plan_schema.verify import PlanStructureError, verify_plan
 
 
 @cgc.actor

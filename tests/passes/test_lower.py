@@ -17,8 +17,8 @@ from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import DEFAULTS, LIMITS
 from cgc.plan_schema.errors import ConfigError
-from cgc.verify import verify_plan
-from cgc.verify.simulate import simulate
+from cgc.plan_schema.verify import verify_plan
+from cgc.plan_schema.verify.simulate import simulate
 
 
 @pytest.mark.parametrize("name", sorted(shapes.ALL))
@@ -66,8 +66,9 @@ def test_chain_channels_and_driver_ends():
 def test_two_writer_and_two_way_nccl():
     for f in (shapes.two_writer_nccl, shapes.two_way_nccl):
         plan = lower(f())
-        assert any(c.kind == pb.CHAN_NCCL for c in plan.lowered.channels)
-        assert plan.lowered.communicators[0].backend == "nccl"
+        nccl = [c for c in plan.lowered.channels if c.kind == pb.CHAN_NCCL]
+        ends = {e for c in nccl for e in (c.writer, *c.readers)}
+        assert nccl and set(plan.lowered.communicators[0].members) == ends
 
 
 def test_overlap_can_be_forced_off():

@@ -10,7 +10,7 @@ from cgc.passes import LowerOptions
 from cgc.passes.overlap import hoist_recvs
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.text import parse_program
-from cgc.verify import verify_plan
+from cgc.plan_schema.verify import verify_plan
 
 
 def _with_programs(plan: pb.Plan, text: str) -> pb.Plan:
@@ -88,6 +88,14 @@ def test_1f1b_hoists_receives_and_keeps_every_comm_order():
 def test_off_when_asked_or_when_nothing_is_on_a_gpu():
     state = run_pass(state_before(shapes.chain(), "overlap"), "overlap")
     assert not state.lowered.schedule.overlap
+    # a communicator with a member without a GPU: nothing to overlap a comm stream with
+    b = GraphBuilder()
+    b.actor("w0")
+    b.actor("w1", gpus=1)
+    r0, r1 = b.allreduce([b.call("w0", "f", b.input(0)), b.call("w1", "f", b.input(0))])
+    b.output(r0, r1)
+    assert not run_pass(state_before(b.plan(), "overlap"), "overlap").lowered.schedule.overlap
+    assert run_pass(state_before(shapes.allreduce(), "overlap"), "overlap").lowered.schedule.overlap
     opts = LowerOptions(overlap=False)
     state = run_pass(state_before(shapes.two_way_nccl(), "overlap", opts), "overlap")
     assert not state.lowered.schedule.overlap

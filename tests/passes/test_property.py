@@ -9,8 +9,8 @@ from randgraphs import random_plans
 
 from cgc.passes import LowerOptions, lower
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify import DeadlockError, PlanStructureError, VerifyError, verify_plan
-from cgc.verify.simulate import simulate
+from cgc.plan_schema.verify import DeadlockError, PlanStructureError, VerifyError, verify_plan
+from cgc.plan_schema.verify.simulate import simulate
 
 _S = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

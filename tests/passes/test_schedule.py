@@ -11,7 +11,7 @@ from cgc.errors import CompileError
 from cgc.passes import LowerOptions, lower
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.text import format_op
-from cgc.verify.observers import timed_makespan
+from cgc.plan_schema.verify.observers import timed_makespan
 
 
 def _scheduled(plan: pb.Plan, options: LowerOptions | None = None):

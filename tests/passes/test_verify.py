@@ -7,7 +7,7 @@ import shapes
 from stages import run_pass, state_before
 
 from cgc.passes import LowerOptions
-from cgc.verify import PlanStructureError
+from cgc.plan_schema.verify import PlanStructureError
 
 
 def test_records_the_executions_stepped():

@@ -11,9 +11,9 @@ import rt_graphs as G
 
 import cgc
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.verify import PlanStructureError
 from cgc.runtime import CapacityExceededError, GetTimeoutError, Plan
 from cgc.runtime.channels.futex import HAVE_WAITV
-from cgc.verify import PlanStructureError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def test_a_collective_runs_on_the_communicator_the_plan_names(ray_cluster):
     assert colls and all(op.communicator == 0 for op in colls)
 
     def elsewhere(p: pb.Plan) -> None:
-        p.lowered.communicators.add(id=1, backend="cpu", members=["worker1", "worker0"])
+        p.lowered.communicators.add(id=1, members=["worker1", "worker0"])
         for prog in p.lowered.programs:
             for op in prog.ops:
                 if op.kind == pb.COLL:
@@ -95,7 +95,7 @@ def test_a_collective_moved_to_another_stored_communicator_runs_there(ray_cluste
 
     def elsewhere(p: pb.Plan) -> None:
         members = list(p.lowered.communicators[0].members)
-        p.lowered.communicators.add(id=1, backend="nccl", members=members)
+        p.lowered.communicators.add(id=1, members=members)
         for prog in p.lowered.programs:
             for op in prog.ops:
                 if op.kind == pb.COLL:

@@ -140,9 +140,12 @@ def test_runtime_never_imports_the_compiler(ray_address, tmp_path):
             rt.load({str(bad)!r}).start(address={ray_address!r})
         except PlacementError as exc:
             out["placement"] = str(exc)
-        # cgc.verify (schema-only) is allowed: start() runs the same checks as `cgc check`.
+        # start() runs the same checks as `cgc check`, from the contract package
+        # (cgc.plan_schema.verify); nothing of the compiler may come with them.
+        out["verifier"] = "cgc.plan_schema.verify" in sys.modules
         out["modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "networkx"
-                                or m.startswith(("cgc.frontend", "cgc.passes", "cgc.ir")))
+                                or m.startswith(("cgc.verify", "cgc.frontend", "cgc.passes",
+                                                 "cgc.ir")))
         left_running = rt.load({str(plan)!r}).start(address={ray_address!r}, get_timeout=30)
         assert left_running.execute("again").get() == "again"
         out["prefixes"].append(left_running.prefix)
@@ -156,6 +159,7 @@ def test_runtime_never_imports_the_compiler(ray_address, tmp_path):
     assert out["value"] == "hi"
     assert "echo" in out["placement"] and "no_such_accelerator" in out["placement"]
     assert out["modules"] == []
+    assert out["verifier"]
     assert proc.returncode == 0, proc.stderr
     from cgc.runtime.channels import list_segments
 

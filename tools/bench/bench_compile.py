@@ -2,7 +2,7 @@
 
 Usage: ``python tools/bench/bench_compile.py [--calls 1000] [--actors 8] [--repeat 3]``.
 Prints the best wall time of ``cgc.passes.lower`` (which ends by running the verifier)
-and, separately, of ``cgc.verify.verify_plan`` alone. Target: well under 2 s.
+and, separately, of ``cgc.plan_schema.verify.verify_plan`` alone. Target: well under 2 s.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 from cgc.passes import lower
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify import verify_plan
+from cgc.plan_schema.verify import verify_plan
 
 
 def make_graph(calls: int, actors: int, seed: int = 0) -> pb.Plan:

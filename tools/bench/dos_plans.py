@@ -17,13 +17,13 @@ protobuf (no compiler: the compiler never writes these shapes, a stranger's file
 * ``wide_collective``: one allreduce over many actors (per-op work once grew with the
   number of members).
 
-``tools/bench/bench_verify_dos.py`` times ``cgc check`` on them; ``tests/verify`` checks
+``tools/bench/bench_verify_dos.py`` times ``cgc check`` on them; ``tests/plan_schema/verify`` checks
 that the verifier's work grows linearly with their size.
 
 Example::
 
     plan = actors_channels(actors=8, channels=100)
-    cgc.verify.verify_plan(plan)
+    cgc.plan_schema.verify.verify_plan(plan)
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def wide_collective(members: int = 4096) -> pb.Plan:
     low = plan.lowered
     c_in = _host(low, DRIVER, names, 1, 1)
     coll = g.collectives.add(id=0, kind=pb.ALLREDUCE)
-    low.communicators.add(id=0, backend="nccl", members=names)
+    low.communicators.add(id=0, members=names)
     progs = []
     for n in names:
         nid = len(g.nodes)

@@ -250,3 +250,23 @@ def test_ring_refuses_architectures_it_is_not_proven_on(prefix, monkeypatch):
     assert r.read(timeout=10) == [1, 2]
     r.close()
     w.close()
+
+
+@pytest.mark.parametrize(("own", "run_default", "expect"), [
+    (4096, 8192, 4096),  # the channel's own size
+    (0, 8192, 8192),  # 0: the run's default
+    (0, 0, 1 << 20),  # no default given: the table's
+    (64, 0, 256),  # never below the floor (MIN_SLOT_BYTES)
+])
+def test_a_plan_channel_ring_is_sized_by_the_schema_rule(prefix, own, run_default, expect):
+    from cgc.plan_schema import plan_pb2 as pb
+    from cgc.plan_schema.defaults import ring_slot_bytes
+    from cgc.runtime.endpoints import open_writer
+
+    ch = pb.Channel(id=1, kind=pb.CHAN_HOST, writer="a", readers=["b"], slots=2,
+                    slot_bytes=own)
+    w = open_writer(ch, prefix, default_slot_bytes=run_default)
+    try:
+        assert w.slot_bytes == expect == ring_slot_bytes(own, run_default)
+    finally:
+        w.close()

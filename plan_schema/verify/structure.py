@@ -5,20 +5,20 @@ very check at start (``verify_plan``), so a plan file from anyone either passes 
 a ``PlanStructureError`` that names the field, node, actor, op or channel at fault, never
 an ``IndexError`` later. The checks run in layers, each relying on the ones before:
 
-1. bounds (``cgc.verify.bounds``): list lengths, capacity, ring sizes, actor options and
+1. bounds (``cgc.plan_schema.verify.bounds``): list lengths, capacity, ring sizes, actor options and
    constructor arguments within ``Limits``;
 2. the graph: enum values, node ids and kinds, per-node bounds, every reference (args,
    kwargs, collectives, input keys) in range and of the right kind, every constant a value
    that decodes; the example inputs fit the graph's arguments;
 3. the lowered part: channels (endpoints, sources, driver channels), communicators,
    ``ExecConfig`` (capacity within every driver channel's slots), edges;
-4. programs (``cgc.verify.programs``): each op's fields, one op per task and channel end
+4. programs (``cgc.plan_schema.verify.programs``): each op's fields, one op per task and channel end
    per execution, the prologue, data available before use, seq pairing; ``wake_depth``
    at most the number of actors.
 
 Cost: each layer reads every field of its lists once (protobuf field access is what costs)
 into plain lists and sets of an ``Index``, and looks everything else up there, so the check
-is linear in the plan's size; ``tests/verify/test_bounded.py`` counts it.
+is linear in the plan's size; ``tests/plan_schema/verify/test_bounded.py`` counts it.
 
 Example: ``check_structure(plan)`` returns None for a plan ``lower`` wrote.
 """
@@ -33,15 +33,13 @@ from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import LIMITS, Limits
 from cgc.plan_schema.inputs import input_problems
-from cgc.verify.bounds import Rings, Values, check_bounds, check_spec, limit
-from cgc.verify.errors import PlanStructureError
-from cgc.verify.programs import Index, check_programs, node_inputs
+from cgc.plan_schema.verify.bounds import Rings, Values, check_bounds, check_spec, limit
+from cgc.plan_schema.verify.errors import PlanStructureError
+from cgc.plan_schema.verify.programs import Index, check_programs, node_inputs
 
-__all__ = ["check_structure", "node_inputs", "BACKENDS"]
+__all__ = ["check_structure", "node_inputs"]
 
 _TASKS = (pb.CALL, pb.COLLECTIVE)
-# Communicator backends a plan may name (the runtime registers a factory per backend).
-BACKENDS = ("nccl", "cpu")
 
 
 def _known(enum: Any) -> frozenset[int]:  # a protobuf enum wrapper
@@ -332,8 +330,6 @@ def _check_communicators(plan: pb.Plan, ix: Index) -> None:
         what = f"communicator {c.id}"
         if c.id != i:
             _fail(f"{what} is at position {i}; communicator ids must be 0, 1, ... in order")
-        if c.backend not in BACKENDS:
-            _fail(f"{what} has backend {c.backend!r}; known: {', '.join(BACKENDS)}")
         members = list(c.members)
         if len(members) < 2 or len(set(members)) != len(members):
             _fail(f"{what} needs two or more distinct members, not {members}")

@@ -1,5 +1,5 @@
 """The plan's bounds (``Limits``) and the checks of its values, actor options and tensor
-specs, for the structure check (``cgc.verify.structure``) and for ``cgc inspect``.
+specs, for the structure check (``cgc.plan_schema.verify.structure``) and for ``cgc inspect``.
 
 ``check_bounds`` is layer 1: the lengths of the plan's lists (each a ``len``, so a plan
 that asks for too much is refused at the cost of reading it), ``ExecConfig`` numbers,
@@ -16,7 +16,7 @@ within ``value_items``/``value_depth``; a value that passes decodes
 is the trust decision's business).
 
 ``REPEATED_BOUNDS`` names, for every repeated field of ``plan.proto``, the ``Limits``
-attribute that bounds it; ``tests/verify/test_bounds.py`` keeps it complete.
+attribute that bounds it; ``tests/plan_schema/verify/test_bounds.py`` keeps it complete.
 
 Example: ``check_bounds(plan, LIMITS)`` returns None for a plan ``lower`` wrote.
 """
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.defaults import DEFAULTS, LIMITS, Limits
+from cgc.plan_schema.defaults import LIMITS, Limits, ring_slot_bytes
 from cgc.plan_schema.values import DTYPE_BYTES, TORCH_DTYPE_BYTES, numpy_itemsize
-from cgc.verify.errors import PlanLimitError, PlanStructureError
+from cgc.plan_schema.verify.errors import PlanLimitError, PlanStructureError
 
 __all__ = ["check_bounds", "check_limits", "check_value", "check_spec", "limit", "Values",
            "Rings", "REPEATED_BOUNDS"]
@@ -147,7 +147,7 @@ class Rings:
 
     def __init__(self, plan: pb.Plan, limits: Limits) -> None:
         self.limits = limits
-        self.default = plan.config.default_slot_bytes or int(DEFAULTS["default_slot_bytes"])
+        self.default = plan.config.default_slot_bytes
         self.total = 0
 
     def add(self, cid: int, host: bool, slots: int, slot_bytes: int, readers: int) -> None:
@@ -157,7 +157,8 @@ class Rings:
         limit(f"Channel c{cid} slot_bytes", slot_bytes, lim, "slot_bytes")
         limit(f"Channel c{cid} readers", readers, lim, "actors")
         if host:
-            self.total += slots * (slot_bytes or self.default)
+            # what the runtime reserves for the ring (0: the config's size, and the floor)
+            self.total += slots * ring_slot_bytes(slot_bytes, self.default)
 
     def done(self) -> None:
         """After the last channel: the shared memory of all rings."""

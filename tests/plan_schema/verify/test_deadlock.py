@@ -13,8 +13,8 @@ from cgc.plan_schema import CgcError, write_plan
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import EXIT_VERIFY
 from cgc.plan_schema.text import parse_program
-from cgc.verify import DeadlockError, PlanStructureError, VerifyError, verify_plan
-from cgc.verify.simulate import simulate
+from cgc.plan_schema.verify import DeadlockError, PlanStructureError, VerifyError, verify_plan
+from cgc.plan_schema.verify.simulate import simulate
 
 
 def _with_programs(plan: pb.Plan, *lines: str) -> pb.Plan:

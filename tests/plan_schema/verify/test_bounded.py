@@ -1,7 +1,7 @@
 """Bounded verification (issue 20): the deadlock check needs few executions whatever the
 capacity, and the structure check and the simulator do work linear in the plan's size.
 
-The first half checks the argument in ``cgc/verify/simulate.py`` against the criterion it
+The first half checks the argument in ``plan_schema/verify/simulate.py`` against the criterion it
 rests on, computed here independently: the plan as a marked graph, a deadlock iff some
 cycle of places holds no more than 0 tokens (Bellman-Ford), on random plans with random
 prefetch ops, capacities and ring sizes, and against long simulations at the plan's own
@@ -24,10 +24,10 @@ from cgc.passes import LowerOptions, lower
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import LIMITS
-from cgc.verify import PlanLimitError, VerifyError, check_structure, verify_plan
-from cgc.verify.simulate import bounded_run, prefetch_depth, simulate
+from cgc.plan_schema.verify import PlanLimitError, VerifyError, check_structure, verify_plan
+from cgc.plan_schema.verify.simulate import bounded_run, prefetch_depth, simulate
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "bench"))
 import dos_plans  # noqa: E402
 
 # ---------------------------------------------------------------- the cycle criterion
@@ -36,7 +36,7 @@ import dos_plans  # noqa: E402
 def _transitions(plan: pb.Plan) -> tuple[dict, list[tuple[object, object, int]]]:
     """The plan as a marked graph: transitions and places ``(s, t, m)``, "firing j of t
     needs firing j - m of s", one firing per execution (written from the program
-    semantics in docs/architecture.md, not from cgc.verify)."""
+    semantics in docs/architecture.md, not from cgc.plan_schema.verify)."""
     low, g = plan.lowered, plan.graph
     cap = plan.config.capacity
     parent: dict = {}

@@ -6,8 +6,8 @@ import shapes
 
 from cgc.passes import LowerOptions, lower
 from cgc.plan_schema import DRIVER
-from cgc.verify.observers import HappensBefore, timed_makespan, vector_clocks
-from cgc.verify.simulate import Moved, simulate
+from cgc.plan_schema.verify.observers import HappensBefore, timed_makespan, vector_clocks
+from cgc.plan_schema.verify.simulate import Moved, simulate
 
 
 def test_clocks_follow_program_order_data_and_rendezvous():

@@ -11,7 +11,7 @@ Every op's fields are read once into a tuple, and everything else is looked up i
 programs x channels, or ops x readers).
 
 Example: ``check_programs(plan, ix)`` returns None for a plan ``lower`` wrote, with ``ix``
-the ``Index`` that ``cgc.verify.structure`` built for it.
+the ``Index`` that ``cgc.plan_schema.verify.structure`` built for it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Final, NoReturn
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.text import format_op
-from cgc.verify.errors import PlanStructureError
+from cgc.plan_schema.verify.errors import PlanStructureError
 
 __all__ = ["Index", "check_programs", "node_inputs"]
 

@@ -1,7 +1,7 @@
 """On graphs small enough to enumerate, the simulator agrees with exhaustive search.
 
 The search is written here from the semantics in docs/architecture.md, independently of
-cgc.verify: it explores every interleaving of the processes (every enabled op of every
+cgc.plan_schema.verify: it explores every interleaving of the processes (every enabled op of every
 process, rendezvous moving both ends) and says whether some reachable state is stuck.
 """
 
@@ -18,8 +18,8 @@ from randgraphs import random_plans
 from cgc.passes import LowerOptions, lower
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify import VerifyError
-from cgc.verify.simulate import simulate
+from cgc.plan_schema.verify import VerifyError
+from cgc.plan_schema.verify.simulate import simulate
 
 
 def _procs(plan: pb.Plan, n: int, cap: int) -> dict[str, list[tuple]]:
@@ -132,7 +132,7 @@ def test_simulator_agrees_with_exhaustive_search(plan, data):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_plans(max_tasks=5, max_actors=3), st.data())
 def test_two_executions_decide_more_executions(plan, data):
-    """cgc.verify.simulate's claim: with every driver ring holding the capacity and no
+    """cgc.plan_schema.verify.simulate's claim: with every driver ring holding the capacity and no
     prefetch, stepping 2 executions decides deadlock-freedom for any number of them."""
     out = lower(plan, LowerOptions(overlap=False))
     cap = out.config.capacity = data.draw(st.integers(1, 3))

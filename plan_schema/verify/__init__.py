@@ -2,11 +2,14 @@
 
 It reads only ``pb.Plan`` and imports nothing but ``cgc.plan_schema`` and the standard
 library (no compiler pass, no networkx), so the runtime runs the very same check when a
-plan starts: it checks what the runtime will replay, not what the scheduler meant.
+plan starts: it checks what the runtime will replay, not what the scheduler meant. It is
+part of the plan contract, so it lives beside the schema: the runtime depends on
+``cgc.plan_schema`` only, and the compiler's ``verify`` pass and ``cgc check`` call the
+same code.
 
 Example::
 
-    from cgc.verify import verify_plan, check_plan_file
+    from cgc.plan_schema.verify import verify_plan, check_plan_file
     report = verify_plan(plan)          # raises DeadlockError with a table on deadlock
     print(report.executions)
 """
@@ -18,9 +21,20 @@ from dataclasses import dataclass
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import LIMITS, Limits
-from cgc.verify.errors import DeadlockError, PlanLimitError, PlanStructureError, VerifyError
-from cgc.verify.simulate import BoundedRun, bounded_run, has_prefetch, prefetch_depth, simulate
-from cgc.verify.structure import check_structure
+from cgc.plan_schema.verify.errors import (
+    DeadlockError,
+    PlanLimitError,
+    PlanStructureError,
+    VerifyError,
+)
+from cgc.plan_schema.verify.simulate import (
+    BoundedRun,
+    bounded_run,
+    has_prefetch,
+    prefetch_depth,
+    simulate,
+)
+from cgc.plan_schema.verify.structure import check_structure
 
 __all__ = [
     "verify_plan",
@@ -43,9 +57,9 @@ class VerifyReport:
 
     ``capacity`` is the plan's; ``stepped_capacity`` is lower only for a plan with prefetch
     ops, where ``bounded_run`` shows that the smaller one decides the plan's (see
-    ``cgc.verify.simulate``). ``all_executions`` is True when the run decides every number
-    of executions (always, unless the caller asked for a number of executions that does
-    not).
+    ``cgc.plan_schema.verify.simulate``). ``all_executions`` is True when the run decides
+    every number of executions (always, unless the caller asked for a number of executions
+    that does not).
     """
 
     executions: int
@@ -86,8 +100,8 @@ def verify_plan(
 
     ``executions`` defaults to ``bounded_run(plan)``: that decides deadlock-freedom for
     every number of executions at the plan's capacity, at a cost that does not grow with
-    the capacity (``cgc.verify.simulate`` has the argument). A number of executions given
-    here is stepped as asked, at the plan's capacity. ``limits`` defaults to
+    the capacity (``cgc.plan_schema.verify.simulate`` has the argument). A number of
+    executions given here is stepped as asked, at the plan's capacity. ``limits`` defaults to
     ``cgc.plan_schema.defaults.LIMITS``; the simulation's work (executions x ops) must stay
     within ``max(Limits.verify_steps, 4 x ops per execution)``, so a plan without prefetch
     ops (2 executions) or with prefetch ops at one place per loop is always stepped.

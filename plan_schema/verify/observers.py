@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.verify.simulate import Moved, simulate
+from cgc.plan_schema.verify.simulate import Moved, simulate
 
 __all__ = ["HappensBefore", "Timing", "vector_clocks", "timed_makespan"]
 
@@ -103,7 +103,7 @@ def vector_clocks(plan: pb.Plan) -> dict[tuple[str, int], Clock]:
     ``b`` waits for (directly or not).
 
     Raises:
-        cgc.verify.VerifyError: the programs deadlock within one execution.
+        cgc.plan_schema.verify.VerifyError: the programs deadlock within one execution.
     """
     hb = HappensBefore()
     simulate(plan, 1, 1, hb)
@@ -117,7 +117,7 @@ def timed_makespan(plan: pb.Plan, task_us: Mapping[int, float], transfer_us: flo
     ``inp -> a.f -> b.g -> a.h``.
 
     Raises:
-        cgc.verify.VerifyError: the programs deadlock within one execution.
+        cgc.plan_schema.verify.VerifyError: the programs deadlock within one execution.
     """
     timing = Timing(plan, task_us, transfer_us)
     simulate(plan, 1, 1, timing)

@@ -33,12 +33,12 @@ from cgc.plan_schema.defaults import RunConfig
 from cgc.plan_schema.errors import EXIT_INVALID_PLAN
 from cgc.plan_schema.inputs import input_problems
 from cgc.plan_schema.values import decode_value
-from cgc.verify import verify_plan
+from cgc.plan_schema.verify import verify_plan
 
 SEED = 20261202
 CASES = 70  # mutated plans per example
 EXAMPLES = ["echo", "chain", "fanout", "multi_return", "allreduce"]  # no torch, no ray import
-ROOT = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[3] / "examples"
 
 
 @pytest.fixture(scope="module")

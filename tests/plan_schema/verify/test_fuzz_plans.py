@@ -31,8 +31,8 @@ from cgc.passes import lower
 from cgc.plan_schema import CgcError, read_plan_bytes, write_plan_bytes
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.text import format_plan_text
+from cgc.plan_schema.verify import check_structure, verify_plan
 from cgc.plan_schema.version import FORMAT_MAJOR, FORMAT_MINOR, MAGIC
-from cgc.verify import check_structure, verify_plan
 
 SEED = 20240611
 SEMANTIC, FLIPS, CUTS = 60, 12, 8
@@ -44,7 +44,7 @@ def _base_plans() -> dict[str, pb.Plan]:
     out = {f"shape:{n}": lower(shapes.ALL[n]()) for n in SHAPES}
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2] / "examples"
+    root = Path(__file__).resolve().parents[3] / "examples"
     for n in EXAMPLES:
         out[f"example:{n}"] = cgc.compile_file(root / f"{n}.py").proto
     return out

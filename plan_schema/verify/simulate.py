@@ -25,7 +25,7 @@ whatever the order of the processes.
 The same stepping serves the compiler: an ``Observer`` is told every step (one op, a
 SEND/RECV pair, or every member of a COLL, with the processes involved), which is how pass
 ``overlap`` gets its happens-before clocks and pass ``schedule`` its timed makespan
-(``cgc.verify.observers``).
+(``cgc.plan_schema.verify.observers``).
 
 How many executions decide every number of executions
 -----------------------------------------------------
@@ -76,7 +76,7 @@ one walk of ``C`` lies in the first ``capacity' + K`` executions: stepping
 capacity up to the plan's, at a cost that does not grow with the capacity. A plan without
 prefetch ops has ``K = 0`` and no negative place at any capacity: 2 executions (the
 second one runs every loop from its end back to its start) at the plan's own capacity.
-``tests/verify`` checks both against an exhaustive search of all interleavings and
+``tests/plan_schema/verify`` checks both against an exhaustive search of all interleavings and
 against the cycle criterion itself (Bellman-Ford on the places).
 """
 
@@ -92,7 +92,7 @@ from typing import Any, Protocol
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.text import format_op
-from cgc.verify.errors import DeadlockError, VerifyError
+from cgc.plan_schema.verify.errors import DeadlockError, VerifyError
 
 __all__ = ["simulate", "SimResult", "Moved", "Observer", "has_prefetch", "prefetch_depth",
            "bounded_run", "BoundedRun"]
@@ -453,7 +453,7 @@ class _Sim:
             p.queued = False
             self._go(p)
         if any(p.info is not None for p in self.procs.values()):
-            from cgc.verify.report import deadlock_message
+            from cgc.plan_schema.verify.report import deadlock_message
 
             msg, cycle = deadlock_message(self)
             raise DeadlockError(msg, cycle)

@@ -25,10 +25,10 @@ from cgc.plan_schema.values import (
     decode_value,
     encode_value,
 )
-from cgc.verify import PlanLimitError, PlanStructureError, check_structure, verify_plan
-from cgc.verify.bounds import REPEATED_BOUNDS, check_value
+from cgc.plan_schema.verify import PlanLimitError, PlanStructureError, check_structure, verify_plan
+from cgc.plan_schema.verify.bounds import REPEATED_BOUNDS, check_value
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def _repeated_fields(desc, seen=None) -> set[str]:

@@ -13,8 +13,8 @@ import shapes
 
 from cgc.passes import lower
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.defaults import LIMITS
-from cgc.verify import PlanLimitError, PlanStructureError, check_structure, verify_plan
+from cgc.plan_schema.defaults import LIMITS, MIN_SLOT_BYTES
+from cgc.plan_schema.verify import PlanLimitError, PlanStructureError, check_structure, verify_plan
 
 
 def _plan(name: str = "two_communicators") -> pb.Plan:
@@ -71,7 +71,6 @@ CASES = {
     "no output": (_set("graph.nodes[7].kind", pb.CALL), "exactly one INPUT and one OUTPUT"),
     "edge channel": (_set("lowered.edges[0].channel", 40), "uses channel c40"),
     "edge node": (_set("lowered.edges[0].target", 40), "names a node that does not exist"),
-    "communicator backend": (_set("lowered.communicators[0].backend", "gloo"), "backend"),
     "communicator member": (lambda p: p.lowered.communicators[1].members.append("q"), "members"),
     "op communicator": (_set("lowered.programs[0].ops[2].communicator", 1), "communicator 1,"),
     "coll communicator": (_set("lowered.programs[0].ops[4].communicator", 0), "rank order"),
@@ -143,6 +142,43 @@ def test_absurd_values_are_refused_naming_field_and_limit(case):
         verify_plan(plan)
     assert ei.value.limit == getattr(LIMITS, ei.value.name) < ei.value.value
     assert f"Limits.{ei.value.name}" in str(ei.value)
+
+
+def test_a_plan_of_format_1_4_with_communicator_backends_still_verifies():
+    # Format 1.5 reserved Communicator field 2 (``backend``, never read by the runtime):
+    # an older plan's value is an unknown field, kept byte for byte and ignored.
+    plan = _plan()
+    old = pb.Plan()
+    old.CopyFrom(plan)
+    for c in old.lowered.communicators:
+        legacy = pb.Communicator()
+        legacy.ParseFromString(b"\x12\x04nccl" + c.SerializeToString())  # field 2: "nccl"
+        c.CopyFrom(legacy)
+    data = old.SerializeToString(deterministic=True)
+    assert data != plan.SerializeToString(deterministic=True) and b"\x12\x04nccl" in data
+    read = pb.Plan.FromString(data)
+    assert read.SerializeToString(deterministic=True) == data
+    verify_plan(read)
+
+
+def test_the_ring_bound_counts_what_the_runtime_reserves():
+    # A host channel of slot size 0 takes the config's default, a tiny one the floor
+    # (ring_slot_bytes): the bound adds up those sizes, not the fields as written.
+    plan = _plan("chain")
+    host = [c for c in plan.lowered.channels if c.kind == pb.CHAN_HOST]
+    for c in host:
+        c.slot_bytes = 0
+    plan.config.default_slot_bytes = 8192
+    reserved = sum(c.slots * 8192 for c in host)
+    check_structure(plan, replace(LIMITS, ring_bytes=reserved))
+    with pytest.raises(PlanLimitError, match="shared memory of all rings"):
+        check_structure(plan, replace(LIMITS, ring_bytes=reserved - 1))
+    for c in host:
+        c.slot_bytes = 1
+    floored = sum(c.slots * MIN_SLOT_BYTES for c in host)
+    check_structure(plan, replace(LIMITS, ring_bytes=floored))
+    with pytest.raises(PlanLimitError, match="shared memory of all rings"):
+        check_structure(plan, replace(LIMITS, ring_bytes=floored - 1))
 
 
 def test_limits_can_be_raised_by_a_user_with_a_reason():
