@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
@@ -145,6 +146,26 @@ class _Timer:
         return out[0]
 
 
+    def start_background(self, switch_interval: float | None) -> None:
+        """The loop on a thread of its own while Ray's task returns at once (what cgc's
+        executor does); ``switch_interval`` sets ``sys.setswitchinterval`` first."""
+        import threading
+
+        import tinygpt
+
+        if switch_interval is not None:
+            sys.setswitchinterval(switch_interval)
+        n = tinygpt.SIZES[SIZE]["n_layers"]
+        self._out: list[float] = []
+        self._th = threading.Thread(target=lambda: self._out.append(_time_steps(n, STEPS)))
+        self._th.start()
+
+    def background_result(self) -> float:
+        self._th.join()
+        sys.setswitchinterval(0.005)
+        return self._out[0]
+
+
 def actor() -> None:
     import ray
     import tinygpt
@@ -152,13 +173,22 @@ def actor() -> None:
     n = tinygpt.SIZES[SIZE]["n_layers"]
     print(f"whole model, batch {BATCH}, {STEPS} steps, .cpu() after each")
     print(f"| plain process, main thread | {_time_steps(n, STEPS):,.0f} steps/s |", flush=True)
-    ray.init(log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": f"{EXAMPLES}:{Path(__file__).resolve().parent}"}})
+    # The workers import this module and the examples; keep the caller's path too (on the
+    # GPU machine Ray itself comes from it).
+    path = [str(EXAMPLES), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
+    ray.init(log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in path if p)}})
     gpus = 0.3 if ray.cluster_resources().get("GPU") else 0
     timer = ray.remote(num_gpus=gpus)(_Timer).remote()
     for in_thread in (False, True, False):
         rate = ray.get(timer.steps.remote(in_thread))
         where = "a thread of its own" if in_thread else "Ray's task thread"
         print(f"| Ray actor, {where} | {rate:,.0f} steps/s |", flush=True)
+    for switch in (None, 0.05, None):
+        ray.get(timer.start_background.remote(switch))
+        rate = ray.get(timer.background_result.remote())
+        what = f", switch interval {switch * 1e3:.0f} ms" if switch else ""
+        print(f"| Ray actor, own thread, task returned{what} | {rate:,.0f} steps/s |", flush=True)
     ray.shutdown()
 
 
