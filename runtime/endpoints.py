@@ -89,7 +89,7 @@ def open_writer(ch: pb.Channel, prefix: str, *, spin_us: float = 0.0,
         SegmentExistsError: the segment name is taken (a reused prefix, or a planted file;
             also a FileExistsError).
     """
-    from cgc.runtime.channels.ring import ShmRingWriter
+    from cgc.runtime.channels.ring_writer import ShmRingWriter
 
     # The plan is verified before anything opens: slots >= 1; a channel without its own
     # slot size takes the run's default (RunConfig.slot_bytes, from the plan's config).
@@ -110,7 +110,7 @@ def open_reader(ch: pb.Channel, prefix: str, reader: str, *, spin_us: float = 0.
         ChannelTimeoutError: the writer did not create the segment within ``timeout``.
         ShmSecurityError: something not created by this graph holds the name.
     """
-    from cgc.runtime.channels.ring import ShmRingReader
+    from cgc.runtime.channels.ring_reader import ShmRingReader
 
     return ShmRingReader.attach(
         channel_name(prefix, ch.id), list(ch.readers).index(reader), spin_us=spin_us,
@@ -196,6 +196,6 @@ def open_host_reader(ch: pb.Channel, prefix: str, reader: str,
 
 def poison_channel(prefix: str, cid: int) -> bool:
     """Poison host channel ``cid`` by name from any process on its node (wakes all waiters)."""
-    from cgc.runtime.channels.ring import ShmRingWriter
+    from cgc.runtime.channels.ring_writer import ShmRingWriter
 
     return ShmRingWriter.poison_by_name(channel_name(prefix, cid))

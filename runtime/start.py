@@ -195,8 +195,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     from cgc.runtime import actor_calls as ex
     from cgc.runtime.channels import janitor
     from cgc.runtime.endpoints import open_host_reader, open_host_writer
-    from cgc.runtime.executor import LoopOptions
     from cgc.runtime.gpu.binding import fake_hosts_enabled
+    from cgc.runtime.loop_state import LoopOptions
     from cgc.runtime.monitor import Monitor
 
     handles = graph.actors

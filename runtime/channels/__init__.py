@@ -1,6 +1,8 @@
 """cgc data plane: shared-memory ring channels, TCP channels, the CPU communicator.
 
-Design of waiting and borrowing: see ``ring`` (and ``pool``) module docstrings.
+Design of the ring: see the ``ring_layout`` (format, memory ordering), ``ring_endpoint``
+(waiting), ``ring_writer`` (payload, forwarding), ``ring_reader`` (positions, borrowing)
+and ``pool`` module docstrings.
 
 Same node (one writer, N readers, one write serves all)::
 
@@ -46,7 +48,7 @@ Signatures:
   ``segment_dir()`` (``/dev/shm/cgc-<uid>``, or ``cgc-<uid>.N`` when another user took
   that name first; mode 0700, owner-checked; see ``shm``).
   ``sweep_dead_segments()`` removes segments whose creator process is gone.
-- The ring runs on x86_64 only (``ring_supported()``; why: ``ring`` docstring); elsewhere
+- The ring runs on x86_64 only (``ring_supported()``; why: ``ring_layout`` docstring); elsewhere
   it raises ``UnsupportedPlatformError``: use TCP channels there.
 - ``spin_us``: 0 (default) sleeps at once. Measured on the 2-core VM, int ping-pong round
   trip: 0 → ~65 µs with an idle peer core (the VM's idle-vCPU wake-up; a raw futex
@@ -104,7 +106,9 @@ from .errors import (
     decode_error,
     lost_value,
 )
-from .ring import ShmRingReader, ShmRingWriter, require_ring_support, ring_supported
+from .ring_layout import require_ring_support, ring_supported
+from .ring_reader import ShmRingReader
+from .ring_writer import ShmRingWriter
 from .shm import cleanup_segments, list_segments, segment_dir, sweep_dead_segments
 from .tcp import DEFAULT_MAX_FRAME_BYTES, TcpReader, TcpWriter
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from .comm import ExchangingCommunicator, first_error
 from .errors import ChannelError, ErrorValue
-from .ring import ShmRingReader, ShmRingWriter
+from .ring_reader import ShmRingReader
+from .ring_writer import ShmRingWriter
 
 __all__ = ["CpuCommunicator"]
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from cgc.runtime.channels.collective import ReduceOp, reduce_values, scatter_part
 from cgc.runtime.channels.errors import ChannelClosedError
-from cgc.runtime.channels.ring import ShmRingReader, ShmRingWriter
+from cgc.runtime.channels.ring_reader import ShmRingReader
+from cgc.runtime.channels.ring_writer import ShmRingWriter
 
 from .protocol import DeviceCommunicator, DeviceTransport
 from .sidechannel import ShmSideChannels, attach_ring

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
-from cgc.runtime.channels.ring import ShmRingReader, ShmRingWriter
+from cgc.runtime.channels.ring_reader import ShmRingReader
+from cgc.runtime.channels.ring_writer import ShmRingWriter
 
 __all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "exchange",
            "attach_ring", "POLL_SLICE"]

@@ -37,7 +37,8 @@ from cgc.runtime.channels.collective import CollectiveShapeError
 from cgc.runtime.errors import SetupError
 from cgc.runtime.gpu import binding as B
 from cgc.runtime.gpu.cpu_transport import ShmCpuTransport, cpu_device_communicator
-from cgc.runtime.gpu.ipc import CudaIpcCommunicator, ShmIpcDevice
+from cgc.runtime.gpu.ipc import CudaIpcCommunicator
+from cgc.runtime.gpu.ipc_devices import ShmIpcDevice
 from cgc.runtime.gpu.protocol import collective_plan
 from cgc.runtime.gpu.sidechannel import ShmSideChannels, exchange
 from cgc.runtime.gpu.staging import HostStagingCommunicator

@@ -231,7 +231,7 @@ def test_ring_refuses_architectures_it_is_not_proven_on(prefix, monkeypatch):
     import os
 
     from cgc.runtime.channels import TcpReader, TcpWriter, UnsupportedPlatformError
-    from cgc.runtime.channels import ring as ring_mod
+    from cgc.runtime.channels import ring_layout as ring_mod
 
     assert ring_mod.ring_supported()  # this machine is x86-64: the suite runs the ring
     real = os.uname()
