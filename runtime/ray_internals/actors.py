@@ -8,10 +8,17 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from cgc.runtime.ray_internals.check import _get, _import, _resolve, installed_version
+from cgc.runtime.ray_internals.check import (
+    RUNTIME,
+    _get,
+    _import,
+    _resolve,
+    installed_version,
+)
 from cgc.runtime.ray_internals.table import _CDN, _REF, SYSTEM_GROUP, WRITTEN_FOR
 
 log = logging.getLogger("cgc.runtime")
+
 
 # ------------------------------------------------------------------------- actors
 def original_class(body: Any) -> Any:
@@ -47,7 +54,7 @@ def declared_num_returns(method: Any) -> Any:
 
 def handle_id(handle: Any) -> str:
     """A live actor handle's actor id, in hex."""
-    return str(_get(handle, "_ray_actor_id").hex())
+    return str(_get(handle, "_ray_actor_id", RUNTIME).hex())
 
 
 def call_in_actor(handle: Any, fn: Any, *args: Any, system_group: bool = False) -> Any:
@@ -61,7 +68,7 @@ def call_in_actor(handle: Any, fn: Any, *args: Any, system_group: bool = False) 
     Raises:
         RayVersionError: this Ray's actor handles have no ``__ray_call__``.
     """
-    method = _get(handle, "__ray_call__")
+    method = _get(handle, "__ray_call__", RUNTIME)
     if system_group:
         method = method.options(concurrency_group=SYSTEM_GROUP)
     return method.remote(fn, *args)

@@ -74,10 +74,15 @@ def check_version(strict: bool = False) -> None:
         warnings.warn(problem, RayVersionWarning, stacklevel=2)
 
 
-def mismatch(what: str, user: str = "cgc's Ray DAG adapter",
-             instead: str = "build the graph with cgc's builder API (cgc.actor, "
-                            "cgc.InputNode)") -> RayVersionError:
-    """The error for an internal of Ray that is missing or changed.
+# Who uses an internal, and what to do instead of changing Ray, for each side of cgc.
+ADAPTER = ("cgc's Ray DAG adapter", " or build the graph with cgc's builder API (cgc.actor, "
+           "cgc.InputNode)")
+RUNTIME = ("cgc's runtime", "")
+
+
+def mismatch(what: str, side: tuple[str, str] = ADAPTER) -> RayVersionError:
+    """The error for an internal of Ray that is missing or changed; ``side`` is
+    ``ADAPTER`` (the frontend and the drop-in) or ``RUNTIME``.
 
     >>> "Ray" in str(mismatch("ray.dag.dag_node.DAGNode._bound_args"))
     True
@@ -86,8 +91,8 @@ def mismatch(what: str, user: str = "cgc's Ray DAG adapter",
         Nothing; the caller raises what it returns.
     """
     return RayVersionError(
-        f"the installed Ray {installed_version()} has no {what}, which {user} uses (it was "
-        f"written for Ray {WRITTEN_FOR}); install ray=={WRITTEN_FOR}.* or {instead}"
+        f"the installed Ray {installed_version()} has no {what}, which {side[0]} uses (it "
+        f"was written for Ray {WRITTEN_FOR}); install ray=={WRITTEN_FOR}.*{side[1]}"
     )
 
 
@@ -215,13 +220,13 @@ def check_private_api(samples: list[Any]) -> list[str]:
     return problems
 
 
-def _get(obj: Any, attr: str) -> Any:
+def _get(obj: Any, attr: str, side: tuple[str, str] = ADAPTER) -> Any:
     """``obj.attr`` for an attribute in ``PRIVATE_API``; a RayVersionError if it is gone."""
     try:
         return getattr(obj, attr)
     except AttributeError:
         kind = type(obj)
-        raise mismatch(f"{kind.__module__}.{kind.__qualname__}.{attr}") from None
+        raise mismatch(f"{kind.__module__}.{kind.__qualname__}.{attr}", side) from None
 
 
 def _import(module: str, name: str) -> Any:

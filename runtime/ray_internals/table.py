@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-# The Ray release (major.minor) whose internals this module was written against.
+# The Ray release (major.minor) whose internals this registry was written against.
 WRITTEN_FOR = "2.60"
 
 # Ray's tracing wrapper adds this keyword to actor methods; users never pass it.
@@ -15,6 +15,7 @@ TRACE_CTX_KWARG = "_ray_trace_ctx"
 # Ray's concurrency group for its own calls into an actor (one thread, apart from the
 # actor's methods): Ray's compiled graphs wait for their loops there, and so does cgc.
 SYSTEM_GROUP = "_ray_system"
+
 
 class Use(enum.Enum):
     """How cgc touches one of Ray's internals."""
@@ -30,8 +31,8 @@ class Use(enum.Enum):
 @dataclass(frozen=True)
 class RayInternal:
     """One internal of Ray that cgc uses: ``module`` then the dotted ``name`` inside it,
-    how (``use``), why, and ``accessor``: the function (or constant) of this module through
-    which the rest of cgc uses it."""
+    how (``use``), why, and ``accessor``: the function (or constant) of
+    ``cgc.runtime.ray_internals`` through which the rest of cgc uses it."""
 
     module: str
     name: str

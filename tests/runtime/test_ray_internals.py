@@ -280,3 +280,14 @@ def test_another_release_missing_an_internal_names_it(fake_ray_version, monkeypa
         ri.require()
     # Where the internal only serves a feature, the accessor degrades instead.
     assert ri.compiled_dag_registry() is None
+
+
+def test_a_runtime_accessor_on_a_changed_ray_names_the_internal_and_the_runtime():
+    class OldHandle:  # an actor handle of a Ray release without __ray_call__
+        pass
+
+    with pytest.raises(RayVersionError, match=r"has no .*OldHandle\.__ray_call__, which "
+                                              r"cgc's runtime uses .*written for Ray 2\.60"):
+        ri.call_in_actor(OldHandle(), print, system_group=True)
+    with pytest.raises(RayVersionError, match=r"OldHandle\._ray_actor_id, which cgc's runtime"):
+        ri.handle_id(OldHandle())
