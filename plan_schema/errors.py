@@ -17,6 +17,8 @@ __all__ = [
     "PlanFormatError",
     "UntrustedPlanError",
     "ConfigError",
+    "CompileError",
+    "RayVersionError",
 ]
 
 EXIT_OK = 0
@@ -47,3 +49,55 @@ class ConfigError(CgcError):
     """A run setting is unknown or out of range (``start()`` arguments, ``cgc run`` options)."""
 
     exit_code = EXIT_USAGE
+
+
+# The compiler's error lives here, beside the others, because ``RayVersionError`` is one:
+# the registry of Ray's internals (``cgc.runtime.ray_internals``) raises it for the
+# frontend and the runtime alike, and the runtime may not import the compiler.
+class CompileError(CgcError):
+    """The model or graph is invalid; the message names the node, class.method and line.
+
+    Example::
+
+        raise CompileError(
+            "model.py:14: w1.fwd#2 (Worker.fwd): fwd() takes 1 argument but 2 were bound",
+            node="w1.fwd#2", actor="w1", method="fwd", loc="model.py:14",
+        )
+
+    Attributes:
+        node: the node's name (``"w1.fwd#2"``), or ``""`` when the error is not about one.
+        actor: the actor's name in the graph (``"w1"``), or ``""``.
+        method: the method name (``"fwd"``), or ``""``.
+        loc: ``"file:line"`` of the user's code the error is about, or ``""``.
+    """
+
+    exit_code = EXIT_INVALID_INPUT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node: str = "",
+        actor: str = "",
+        method: str = "",
+        loc: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.node = node
+        self.actor = actor
+        self.method = method
+        self.loc = loc
+
+
+class RayVersionError(CompileError):
+    """The installed Ray lacks an internal that cgc uses.
+
+    Raised instead of an ``AttributeError`` when a Ray release renamed or removed one of
+    the private attributes or functions listed in ``cgc.runtime.ray_internals``; the
+    message names the installed Ray version and the missing internal.
+
+    Example::
+
+        RayVersionError("the installed Ray 3.0.0 has no <internal>, which cgc's Ray DAG "
+                        "adapter uses (it was written for Ray 2.60); install ...")
+    """

@@ -41,6 +41,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
+from cgc.runtime.ray_internals import handle_id, remote_class
 
 __all__ = [
     "ActorHost",
@@ -64,10 +65,8 @@ def user_object(actor_self: Any) -> Any:
 def _unwrap(obj: Any) -> Any:
     # @cgc.actor returns a wrapper around the plain class; __wrapped__ is the class.
     # @ray.remote returns an ActorClass; the user's class sits in its metadata.
-    meta = getattr(obj, "__ray_metadata__", None)
-    if meta is not None:
-        return meta.modified_class.__ray_actor_class__
-    return getattr(obj, "__wrapped__", obj)
+    cls = remote_class(obj)
+    return cls if cls is not obj else getattr(obj, "__wrapped__", obj)
 
 
 def ctor_arguments(actor: pb.Actor) -> tuple[list[Any], dict[str, Any]]:
@@ -227,7 +226,7 @@ def _bind_external(plan: Any, actor: pb.Actor) -> Any:
     handle = plan.live_handles.get(actor.name)
     if handle is None and actor.external.actor_id:
         for h in plan.live_handles.values():
-            if h._actor_id.hex() == actor.external.actor_id:
+            if handle_id(h) == actor.external.actor_id:
                 handle = h
     if handle is not None:
         return handle

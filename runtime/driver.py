@@ -659,13 +659,14 @@ class CompiledGraph:
         import ray
 
         from cgc.runtime.actor_calls import cuda_graph_stats
+        from cgc.runtime.ray_internals import call_in_actor
 
         if self._closing:
             raise GraphTornDownError(f"graph {self.name!r} was torn down")
         proto = self.plan.proto
         names = [a.name for a, p in zip(proto.graph.actors, proto.lowered.programs,
                                         strict=True) if p.captured_ops]
-        refs = [self.actors[n].__ray_call__.remote(cuda_graph_stats, self.gid) for n in names]
+        refs = [call_in_actor(self.actors[n], cuda_graph_stats, self.gid) for n in names]
         out: dict[str, dict[str, Any]] = {}
         for stats in ray.get(refs, timeout=timeout):
             out.update(stats)

@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from cgc.runtime.errors import ActorDiedError, GraphFailedError
+from cgc.runtime.ray_internals import call_in_actor
 from cgc.runtime.session import ray_calls
 
 __all__ = ["Monitor", "POLL_S"]
@@ -127,8 +128,8 @@ class Monitor:
                 out.append(ref)
                 continue
             name = self.waiters.pop(ref)
-            again = self.graph.actors[name].__ray_call__.options(
-                concurrency_group="_ray_system").remote(wait_loop, self.graph.gid)
+            again = call_in_actor(self.graph.actors[name], wait_loop, self.graph.gid,
+                                  system_group=True)
             self.waiters[again] = name
         return out
 
@@ -171,7 +172,7 @@ class Monitor:
         with ray_calls(g.ray_session) as ok:
             if not ok:  # Ray's session ended: nobody to ask
                 return []
-            refs = [g.actors[n].__ray_call__.remote(where_blocked, g.gid) for n in names]
+            refs = [call_in_actor(g.actors[n], where_blocked, g.gid) for n in names]
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
             for n, r in zip(names, refs, strict=True):
                 row = {"actor": n, "execution": -1, "op": "", "token": "", "waiting": ""}

@@ -41,6 +41,7 @@ from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import CgcError, SetupError
 from cgc.runtime.ping_and_args import PING, Ping
 from cgc.runtime.profiling import check_profiler_options
+from cgc.runtime.ray_internals import call_in_actor, check_version
 
 __all__ = ["start_graph", "bind_transports"]
 
@@ -137,6 +138,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     t_ray = time.perf_counter()
     info = ensure_ray(proto, address, cfg.communicator, dashboard=cfg.dashboard)
     ray_s = time.perf_counter() - t_ray  # starting (or joining) Ray: not cgc's own set-up
+    check_version()  # another Ray release than cgc's use of its internals was written for: warn once
     notice = gpu_notice(proto, info, cfg.communicator)
     if notice:
         log.warning(notice)
@@ -212,7 +214,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
                        max_frame_bytes=cfg.max_frame_bytes, cuda_graphs=cfg.cuda_graphs)
     plan_bytes = proto.SerializeToString()
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
-    probes = _gather({h.__ray_call__.remote(ex.setup_probe, graph.gid, plan_bytes, n, opts): n
+    probes = _gather({call_in_actor(h, ex.setup_probe, graph.gid, plan_bytes, n, opts): n
                       for n, h in handles.items()}, deadline, "starting the actors")
     node = {n: p["node"] for n, p in probes.items()}
     node[DRIVER] = info.driver_node
@@ -235,8 +237,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     import ray
 
     my_ip = ray.util.get_node_ip_address()
-    refs = {h.__ray_call__.remote(ex.setup_writers, graph.gid, tcp, probes[n]["ip"],
-                                  transports): n
+    refs = {call_in_actor(h, ex.setup_writers, graph.gid, tcp, probes[n]["ip"], transports): n
             for n, h in handles.items()}
     by_id = {c.id: c for c in low.channels}
     ends = graph.endpoints
@@ -256,7 +257,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
         nccl_ids.update(got["nccl_ids"])
     # Round 3: attach/connect, warm every edge, start the loops.
     left = max(1.0, deadline - time.monotonic())
-    refs = {h.__ray_call__.remote(ex.setup_start, graph.gid, left, addrs, nccl_ids): n
+    refs = {call_in_actor(h, ex.setup_start, graph.gid, left, addrs, nccl_ids): n
             for n, h in handles.items()}
     try:
         for cid in ends.out_channels:  # connect before accepting: see ActorLoop.open_readers
@@ -274,7 +275,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     warm = ends.read_warmup(max(0.1, deadline - time.monotonic()))
     if any(type(v) is not Ping for v in warm):
         raise SetupError(f"warm-up: the driver read {warm!r} instead of the warm-up markers")
-    waiters = {h.__ray_call__.options(concurrency_group="_ray_system").remote(
-        ex.wait_loop, graph.gid): n for n, h in handles.items()}
+    waiters = {call_in_actor(h, ex.wait_loop, graph.gid, system_group=True): n
+               for n, h in handles.items()}
     graph.monitor = Monitor(graph, waiters)
     graph.monitor.start()

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.ray_internals import call_in_actor
 from cgc.runtime.session import ray_calls
 
 __all__ = ["teardown_graph", "poison_all"]
@@ -93,7 +94,7 @@ def _write_trace(g: Any, live: dict[str, Any]) -> None:
     from cgc.runtime.trace import write_chrome_trace
 
     t0 = time.monotonic_ns()
-    refs = {h.__ray_call__.remote(collect_trace, g.gid): n for n, h in live.items()}
+    refs = {call_in_actor(h, collect_trace, g.gid): n for n, h in live.items()}
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
     mid = (t0 + time.monotonic_ns()) // 2
     actors = []
@@ -143,7 +144,7 @@ def _stop_loops(g: Any, live: dict[str, Any]) -> None:
     for name, h in live.items():
         wait_s = brief if name in g.created else full
         try:
-            waits[h.__ray_call__.remote(stop_loop, g.gid, wait_s)] = name
+            waits[call_in_actor(h, stop_loop, g.gid, wait_s)] = name
         except (Exception, SystemExit):  # noqa: BLE001 - the actor or Ray may be gone
             pass
     deadline = time.monotonic() + full + 1.0  # the actors time their own waits

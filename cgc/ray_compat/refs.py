@@ -20,6 +20,7 @@ from typing import Any
 from ray.experimental.compiled_dag_ref import CompiledDAGFuture, CompiledDAGRef
 
 from cgc.ray_compat.errors import to_ray_error
+from cgc.runtime import ray_internals as ri
 from cgc.runtime.errors import CgcError
 
 __all__ = ["CgcDAGRef", "CgcDAGFuture"]
@@ -37,18 +38,26 @@ def _cgc_timeout(timeout: float | None, default: float | None) -> float | None:
 
 
 def _wrap(obj: CgcDAGRef | CgcDAGFuture, dag: Any, ref: Any) -> None:
-    """What both ref types hold: their ``CompiledDAG``, the cgc ``Ref``, and Ray's indices
+    """What both ref types hold: their ``CompiledDAG``, the cgc ``Ref``, and Ray's fields
     (Ray's ``__init__`` is skipped: it reads Ray's channels)."""
-    obj._dag = dag
     obj._ref = ref
-    obj._execution_index = ref.exec_index
-    obj._channel_index = ref.output_index if dag._multi else None
+    ri.init_ref(obj, dag, ref.exec_index, ref.output_index if dag._multi else None)
 
 
 def _describe(obj: CgcDAGRef | CgcDAGFuture, ray_name: str) -> str:
     """``str()`` of either ref type, exactly as Ray prints its own (the id is the graph's)."""
-    return (f"{ray_name}({obj._dag.get_id()}, execution_index="
-            f"{obj._execution_index}, channel_index={obj._channel_index})")
+    f = ri.ref_fields(obj)
+    return (f"{ray_name}({f.dag.get_id()}, execution_index="
+            f"{f.execution_index}, channel_index={f.channel_index})")
+
+
+def _note(obj: CgcDAGRef | CgcDAGFuture, books: str) -> None:
+    """Note the ref's execution and output in its graph's ``books`` ("got" or "dropped")."""
+    f = ri.ref_fields(obj)
+    if books == "got":
+        f.dag._note(f.dag._got, f.execution_index, f.channel_index)
+    else:
+        f.dag._dropped(f.execution_index, f.channel_index)
 
 
 def _named_as_ray(cls: type, ray_cls: type) -> type:
@@ -66,7 +75,6 @@ class CgcDAGRef(CompiledDAGRef):
 
     def __init__(self, dag: Any, ref: Any) -> None:
         _wrap(self, dag, ref)
-        self._ray_get_called = False
 
     def get(self, timeout: float | None = None) -> Any:
         """The value (``ray.get(ref, timeout=)`` calls this).
@@ -80,26 +88,26 @@ class CgcDAGRef(CompiledDAGRef):
         if self._ref._done:
             raise ValueError("ray.get() can only be called once on a CompiledDAGRef, and it "
                              "was already called.")
-        self._ray_get_called = True
-        dag = self._dag
+        ri.note_fetched(self)
+        dag = ri.ref_fields(self).dag
         try:
             value = self._ref.get(_cgc_timeout(timeout, dag._get_timeout))
         except CgcError as exc:
             if self._ref._done:  # the app's error: the ref is used up
-                dag._note(dag._got, self._execution_index, self._channel_index)
+                _note(self, "got")
                 dag._after_get()
             # A timeout or a full buffer loses nothing: unlike Ray, the ref can be fetched
             # again; once a value or the app's error was returned, it cannot.
             raise to_ray_error(exc, dag._words) from exc
-        dag._note(dag._got, self._execution_index, self._channel_index)
+        _note(self, "got")
         dag._after_get()
         return value
 
     def __del__(self) -> None:
         # The wrapped cgc Ref frees an unfetched result when it goes; Ray's books note it.
         try:
-            if not self._ref._done and not self._dag.is_teardown:
-                self._dag._dropped(self._execution_index, self._channel_index)
+            if not self._ref._done and not ri.ref_fields(self).dag.is_teardown:
+                _note(self, "dropped")
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -112,7 +120,6 @@ class CgcDAGFuture(CompiledDAGFuture):
 
     def __init__(self, dag: Any, ref: Any) -> None:
         _wrap(self, dag, ref)
-        self._fut = None
         self._awaited = False
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -123,19 +130,19 @@ class CgcDAGFuture(CompiledDAGFuture):
         return self._wait().__await__()
 
     async def _wait(self) -> Any:
-        dag = self._dag
+        dag = ri.ref_fields(self).dag
         try:
             return await self._ref
         except CgcError as exc:
             raise to_ray_error(exc, dag._words) from exc
         finally:
             if self._ref._done:
-                dag._note(dag._got, self._execution_index, self._channel_index)
+                _note(self, "got")
 
     def __del__(self) -> None:
         try:  # as CgcDAGRef
-            if not self._ref._done and not self._dag.is_teardown:
-                self._dag._dropped(self._execution_index, self._channel_index)
+            if not self._ref._done and not ri.ref_fields(self).dag.is_teardown:
+                _note(self, "dropped")
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
