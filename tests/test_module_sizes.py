@@ -21,7 +21,6 @@ PACKAGE_DIRS = ("cgc", "runtime", "plan_schema")
 # soon as its module is split; never add one for a module that could be split.
 EXCEPTIONS: dict[str, str] = {
     "runtime/driver.py": "Ray-internals edits in flight on it (issue 23 item 3); split after they land",
-    "cgc/frontend/ray_private.py": "Ray-internals registry being reworked (issue 23 item 3); split after",
 }
 
 
