@@ -149,14 +149,14 @@ def _plain_graph():
 def test_a_missing_module_level_internal_is_a_clear_compile_error():
     dag, _ = _plain_graph()
     scanner = importlib.import_module("ray.dag.py_obj_scanner")
-    rp._module_level_ok.cache_clear()
+    rp._problems_in.cache_clear()
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.delattr(scanner, "_PyObjScanner")
             with pytest.raises(RayVersionError) as info:
                 trace(dag)
     finally:
-        rp._module_level_ok.cache_clear()
+        rp._problems_in.cache_clear()
     msg = str(info.value)
     assert f"Ray {ray.__version__} has no ray.dag.py_obj_scanner._PyObjScanner" in msg
     assert f"written for Ray {rp.WRITTEN_FOR}" in msg
@@ -232,3 +232,18 @@ def test_no_other_compiler_module_touches_ray_internals():
         if hit
     ]
     assert not found, "use cgc.frontend.ray_private instead:\n" + "\n".join(found)
+
+
+def test_a_missing_collective_internal_is_reported_once_collectives_are_loaded():
+    # require() skips Ray's collective modules until something imports them (they import
+    # torch); a graph with a collective has imported them, and then they are checked.
+    ops = importlib.import_module("ray.experimental.collective.operations")
+    rp._problems_in.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delattr(ops, "_bind")
+            with pytest.raises(RayVersionError, match=r"collective\.operations\._bind"):
+                rp.require()
+    finally:
+        rp._problems_in.cache_clear()
+    rp.require()  # Ray restored: passes again
