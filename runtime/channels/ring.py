@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import enum
 import os
+import pickle
 import struct
 import time
 import weakref
@@ -126,6 +127,9 @@ _H_NREADERS = 12  # u32 num_readers, inside _HDR
 _H_WWAIT = 28  # u32: the writer sleeps on a reader cursor
 _H_ZC = 40  # u64 zero_copy_min (informational)
 _H_WSEQ = 64
+# Their indexes in the u32 / u64 views, for the hot paths (a global's // is not folded).
+_CLOSED_I = _H_CLOSED // 4
+_WSEQ_Q = _H_WSEQ // 8
 _R_BASE = 128
 _R_STRIDE = 64
 _R_ID = struct.Struct("<IQQ")  # at +12 of a reader record: pid, start ticks, pid namespace
@@ -395,6 +399,28 @@ class ShmRingWriter(_Endpoint):
         seg = getattr(self, "_seg", None)
         return self._final_pos if seg is None else self._q[_H_WSEQ // 8]
 
+    def _lay_out(self, raws: list[memoryview],
+                 plen: int) -> tuple[list[int], list[Any], int, bool]:
+        """(offsets, references, total bytes, needs a block) of a value's out-of-band
+        buffers after its ``plen`` pickle bytes."""
+        off = 16 * len(raws) + plen
+        offs = []
+        big = False
+        # A large buffer that is a zero-copy view of another block travels as a reference
+        # to it (see ``forward``); the value then needs a block of ours to track its readers.
+        refs = [find_ref(r) if r.nbytes >= self._zc_min else None for r in raws]
+        for r, ref in zip(raws, refs, strict=True):
+            off = _a64(off)
+            offs.append(off)
+            if ref is not None:
+                off += record_size(ref[0])
+                big = True
+                continue
+            off += r.nbytes
+            if r.nbytes >= self._zc_min:
+                big = True
+        return offs, refs, off, big
+
     def write(self, value: Any, timeout: float | None = None) -> None:
         """Publish ``value`` to every reader; blocks while the slowest is ``slots`` behind.
 
@@ -411,36 +437,23 @@ class ShmRingWriter(_Endpoint):
         if self._seg is None:
             raise ChannelClosedError(f"channel {self.name} was closed here")
         u = self._u
-        if u[_H_CLOSED // 4]:
+        if u[_CLOSED_I]:
             self._raise_closed()
         data, raws = self._ser.dumps(value)
         n = len(raws)
         plen = len(data)
-        off = 16 * n + plen
-        offs = []
-        big = False
-        # A large buffer that is a zero-copy view of another block travels as a reference
-        # to it (see ``forward``); the value then needs a block of ours to track its readers.
-        refs = [find_ref(r) if r.nbytes >= self._zc_min else None for r in raws] if n else []
-        for r, ref in zip(raws, refs, strict=True):
-            off = _a64(off)
-            offs.append(off)
-            if ref is not None:
-                off += record_size(ref[0])
-                big = True
-                continue
-            off += r.nbytes
-            if r.nbytes >= self._zc_min:
-                big = True
-        total = off
+        if n:
+            offs, refs, total, big = self._lay_out(raws, plen)
+        else:  # the common small value: no out-of-band buffers to place
+            total, big = plen, False
         q = self._q
-        seq = q[_H_WSEQ // 8]
+        seq = q[_WSEQ_Q]
         low = seq - self.slots  # every reader must have consumed value `low`
         if low >= 0:
-            for i, ri in enumerate(self._rseqs):
+            for ri in self._rseqs:
                 if q[ri] <= low:
                     self._wait(lambda ri=ri: q[ri] > low, ri * 8, _H_WWAIT // 4, timeout,
-                               "write", i)
+                               "write", self._rseqs.index(ri))
         base = self._first + (seq % self.slots) * self._stride
         blk = None
         kept_any = False
@@ -471,7 +484,7 @@ class ShmRingWriter(_Endpoint):
             if blk is not None:
                 self._pool.unuse(blk)
             raise
-        q[_H_WSEQ // 8] = seq + 1  # publish (x86: ordered after the payload stores)
+        q[_WSEQ_Q] = seq + 1  # publish (x86: ordered after the payload stores)
         fence()
         for fi in self._rflags:
             if u[fi]:
@@ -635,6 +648,8 @@ class ShmRingReader(_Endpoint):
             ChannelSequenceError: ``position`` is ahead of the next unread value.
             The errors of ``read``.
         """
+        if self._seg is not None and position == self._q[self._cur]:
+            return self.read(timeout)  # the common case, without the property's lookups
         pos = self.position
         if position == pos:
             return self.read(timeout)
@@ -662,8 +677,8 @@ class ShmRingReader(_Endpoint):
         sh = self._slot_hold
         if sh is not None and sh[0] != seq:  # an interrupt came between consume and unhold
             self._unhold_slot(sh)
-        if q[_H_WSEQ // 8] <= seq:
-            self._wait(lambda: q[_H_WSEQ // 8] > seq, _H_WSEQ, self._flag, timeout, "read", -1)
+        if q[_WSEQ_Q] <= seq:
+            self._wait(lambda: q[_WSEQ_Q] > seq, _H_WSEQ, self._flag, timeout, "read", -1)
         base = self._first + (seq % self.slots) * self._stride
         layout, n, hseq, plen, bid, total = _SLOT_HDR.unpack_from(self._mv, base)
         if hseq != seq:
@@ -674,12 +689,13 @@ class ShmRingReader(_Endpoint):
             mv = self._mv
             p = base + _SLOT_HDR_SIZE
             try:
-                bufs = []
                 if n:
                     t = struct.unpack_from(f"<{2 * n}Q", mv, p)
                     bufs = [bytearray(mv[p + t[2 * k]:p + t[2 * k] + t[2 * k + 1]])
                             for k in range(n)]
-                value = loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
+                    value = loads(mv[p + 16 * n:p + 16 * n + plen], bufs)
+                else:  # no buffers: what serial.loads does then, a call less per read
+                    value = pickle.loads(mv[p:p + plen])
             except Exception as e:  # noqa: BLE001 - any decode failure becomes this value's error
                 value = decode_error(self.name, seq, e)
             self._advance(seq)
