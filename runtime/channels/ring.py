@@ -202,7 +202,7 @@ class _Endpoint:
                 if ready():
                     self._learn(now - start)
                     return
-                if now >= end or u[_H_CLOSED // 4]:
+                if now >= end or u[_CLOSED_I]:
                     break  # the sleep loop below raises for a closed channel
                 os.sched_yield()  # on an oversubscribed core, let the peer run instead
             self._sleep(ready, watch_off, flag_idx, timeout, what, peer)
@@ -236,7 +236,7 @@ class _Endpoint:
                     rung = bell[0][bell[1]]
                 if ready():
                     return
-                if u[_H_CLOSED // 4]:
+                if u[_CLOSED_I]:
                     self._raise_closed()
                 rem = _SLICE
                 if deadline is not None:
@@ -267,7 +267,7 @@ class _Endpoint:
         while time.perf_counter() < end:
             if ready():
                 return True
-            if u[_H_CLOSED // 4]:
+            if u[_CLOSED_I]:
                 return False  # the sleep loop raises for a closed channel
             os.sched_yield()
         return ready()
