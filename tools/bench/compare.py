@@ -10,8 +10,8 @@ torch and the rest are the machine's); the current side is this checkout with th
 that runs this script. Both sides run the same measuring code (this checkout's
 ``tools/bench`` scripts and model files), so only cgc differs. Rounds interleave the
 sides (A B, then B A, ...) so that the noise of a shared machine hits both; absolute
-times drift, so read the ratio ``current ÷ base`` (below 1 is faster); the ratio of the
-best samples is printed too (other work on a shared machine only ever adds time).
+times drift, so read the ratio ``current ÷ base`` (below 1 is faster); the ratios of the
+best samples and of the quiet samples' medians are printed too (``table`` says why).
 
 Rows:
 
@@ -200,20 +200,32 @@ def _cell(xs: list[float], unit: str) -> str:
     return med + span
 
 
+QUIET = 1.5  # a sample within this factor of the fastest of both sides is a quiet one
+
+
 def table(rows: list[Row], base: Side, cur: Side) -> str:
-    """The markdown table: per-side median (min–max), the ratio of the medians and that
-    of the best (lowest) samples."""
+    """The markdown table: per-side median (min–max), the ratio of the medians, that of
+    the best (lowest) samples and that of the medians of the quiet samples.
+
+    Why three: on a shared 2-core machine another session's work takes a core now and
+    then, and a latency sample then lands in a slow mode (the echo's 10 µs becomes
+    35-45 µs) for a whole process; a median over a few rounds is then a coin toss, while
+    the quiet samples of both sides (within ``QUIET`` of the fastest) compare the code.
+    """
     lines = [
         f"| row | base `{base.label}` | current `{cur.label}` | current ÷ base (medians) "
-        "| ÷ of the best |",
-        "|---|---|---|---|---|",
+        "| ÷ of the best | ÷ of the quiet medians (samples) |",
+        "|---|---|---|---|---|---|",
     ]
+    med = statistics.median
     for row in rows:
         b, c = row.samples["base"], row.samples["current"]
-        ratio = statistics.median(c) / statistics.median(b)
-        best = min(c) / min(b)  # on a shared machine the quietest samples agree best
+        cut = QUIET * min(b + c)
+        qb, qc = [x for x in b if x <= cut], [x for x in c if x <= cut]
+        quiet = (f"{med(qc) / med(qb):.2f} ({len(qb)}/{len(qc)})" if qb and qc
+                 else f"— ({len(qb)}/{len(qc)})")
         lines.append(f"| {row.title} | {_cell(b, row.unit)} | {_cell(c, row.unit)} "
-                     f"| {ratio:.2f} | {best:.2f} |")
+                     f"| {med(c) / med(b):.2f} | {min(c) / min(b):.2f} | {quiet} |")
     return "\n".join(lines)
 
 
