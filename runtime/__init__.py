@@ -15,8 +15,9 @@ Example::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cgc.plan_schema.errors import CgcError, PlanFormatError, UntrustedPlanError
-from cgc.runtime.driver import CompiledGraph
 from cgc.runtime.errors import (
     ActorDiedError,
     CapacityExceededError,
@@ -36,6 +37,19 @@ from cgc.runtime.errors import (
 )
 from cgc.runtime.plan import Plan, load
 from cgc.runtime.refs import Ref
+
+if TYPE_CHECKING:
+    from cgc.runtime.driver import CompiledGraph
+
+
+def __getattr__(name: str) -> object:
+    # Why lazy: the driver brings the channels, numpy and the transports (~70 ms), which
+    # `cgc compile` (it needs only Plan, to save one) must not pay for.
+    if name == "CompiledGraph":
+        from cgc.runtime.driver import CompiledGraph
+
+        return CompiledGraph
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Plan",

@@ -22,7 +22,16 @@ from .bell import BELL_SPIN_S
 from .errors import ChannelClosedError, ChannelSequenceError, ChannelTimeoutError, PeerDiedError
 from .futex import HAVE_WAITV, fence, futex_wait, futex_wait2
 from .procs import is_alive
-from .ring_layout import _H_CLOSED, _HDR, _R_BASE, _R_ID, _R_STRIDE, Closed, _layout, _set_closed
+from .ring_layout import (
+    _CLOSED_I,
+    _HDR,
+    _R_BASE,
+    _R_ID,
+    _R_STRIDE,
+    Closed,
+    _layout,
+    _set_closed,
+)
 from .shm import Segment
 
 __all__ = ["RingEndpoint"]
@@ -60,7 +69,7 @@ class RingEndpoint:
                 if ready():
                     self._learn(now - start)
                     return
-                if now >= end or u[_H_CLOSED // 4]:
+                if now >= end or u[_CLOSED_I]:
                     break  # the sleep loop below raises for a closed channel
                 os.sched_yield()  # on an oversubscribed core, let the peer run instead
             self._sleep(ready, watch_off, flag_idx, timeout, what, peer)
@@ -94,7 +103,7 @@ class RingEndpoint:
                     rung = bell[0][bell[1]]
                 if ready():
                     return
-                if u[_H_CLOSED // 4]:
+                if u[_CLOSED_I]:
                     self._raise_closed()
                 rem = _SLICE
                 if deadline is not None:
@@ -125,7 +134,7 @@ class RingEndpoint:
         while time.perf_counter() < end:
             if ready():
                 return True
-            if u[_H_CLOSED // 4]:
+            if u[_CLOSED_I]:
                 return False  # the sleep loop raises for a closed channel
             os.sched_yield()
         return ready()
@@ -153,7 +162,7 @@ class RingEndpoint:
             raise PeerDiedError(self.name, pid, role)
 
     def _raise_closed(self) -> None:
-        how = ("poisoned (a peer failed)" if self._u[_H_CLOSED // 4] == Closed.POISONED
+        how = ("poisoned (a peer failed)" if self._u[_CLOSED_I] == Closed.POISONED
                else "closed")
         raise ChannelClosedError(f"channel {self.name} was {how}")
 
@@ -169,7 +178,7 @@ class RingEndpoint:
     @property
     def closed(self) -> bool:
         """True once any side closed or poisoned the channel."""
-        return bool(self._u[_H_CLOSED // 4])
+        return bool(self._u[_CLOSED_I])
 
     def _release_views(self) -> None:
         for v in (self._q, self._u):

@@ -71,6 +71,9 @@ _H_NREADERS = 12  # u32 num_readers, inside _HDR
 _H_WWAIT = 28  # u32: the writer sleeps on a reader cursor
 _H_ZC = 40  # u64 zero_copy_min (informational)
 _H_WSEQ = 64
+# Their indexes in the u32 / u64 views, for the hot paths (a global's // is not folded).
+_CLOSED_I = _H_CLOSED // 4
+_WSEQ_Q = _H_WSEQ // 8
 _R_BASE = 128
 _R_STRIDE = 64
 _R_ID = struct.Struct("<IQQ")  # at +12 of a reader record: pid, start ticks, pid namespace
@@ -112,8 +115,8 @@ def _layout(slots: int, num_readers: int, slot_bytes: int) -> tuple[int, int, in
 def _set_closed(seg: Segment, code: Closed) -> None:
     u = seg.mv.cast("I")
     try:
-        if u[_H_CLOSED // 4] != Closed.POISONED:  # poisoned stays poisoned
-            u[_H_CLOSED // 4] = code
+        if u[_CLOSED_I] != Closed.POISONED:  # poisoned stays poisoned
+            u[_CLOSED_I] = code
         fence()
         nr = u[_H_NREADERS // 4]
         futex_wake(seg.addr + _H_WSEQ)

@@ -25,7 +25,7 @@ from .pool import DEFAULT_KEEP_FREE_BYTES, BlockPool
 from .ring_endpoint import RingEndpoint
 from .ring_layout import (
     _BLOCK,
-    _H_CLOSED,
+    _CLOSED_I,
     _H_WSEQ,
     _H_WWAIT,
     _H_ZC,
@@ -37,6 +37,7 @@ from .ring_layout import (
     _SLOT_HDR,
     _SLOT_HDR_SIZE,
     _VERSION,
+    _WSEQ_Q,
     Closed,
     _a64,
     _layout,
@@ -115,7 +116,29 @@ class ShmRingWriter(RingEndpoint):
     def position(self) -> int:
         """Values published so far (the shared ``wseq``)."""
         seg = getattr(self, "_seg", None)
-        return self._final_pos if seg is None else self._q[_H_WSEQ // 8]
+        return self._final_pos if seg is None else self._q[_WSEQ_Q]
+
+    def _lay_out(self, raws: list[memoryview],
+                 plen: int) -> tuple[list[int], list[Any], int, bool]:
+        """(offsets, references, total bytes, needs a block) of a value's out-of-band
+        buffers after its ``plen`` pickle bytes."""
+        off = 16 * len(raws) + plen
+        offs = []
+        big = False
+        # A large buffer that is a zero-copy view of another block travels as a reference
+        # to it (see ``forward``); the value then needs a block of ours to track its readers.
+        refs = [find_ref(r) if r.nbytes >= self._zc_min else None for r in raws]
+        for r, ref in zip(raws, refs, strict=True):
+            off = _a64(off)
+            offs.append(off)
+            if ref is not None:
+                off += record_size(ref[0])
+                big = True
+                continue
+            off += r.nbytes
+            if r.nbytes >= self._zc_min:
+                big = True
+        return offs, refs, off, big
 
     def write(self, value: Any, timeout: float | None = None) -> None:
         """Publish ``value`` to every reader; blocks while the slowest is ``slots`` behind.
@@ -133,36 +156,25 @@ class ShmRingWriter(RingEndpoint):
         if self._seg is None:
             raise ChannelClosedError(f"channel {self.name} was closed here")
         u = self._u
-        if u[_H_CLOSED // 4]:
+        if u[_CLOSED_I]:
             self._raise_closed()
         data, raws = self._ser.dumps(value)
         n = len(raws)
         plen = len(data)
-        off = 16 * n + plen
-        offs = []
-        big = False
-        # A large buffer that is a zero-copy view of another block travels as a reference
-        # to it (see ``forward``); the value then needs a block of ours to track its readers.
-        refs = [find_ref(r) if r.nbytes >= self._zc_min else None for r in raws] if n else []
-        for r, ref in zip(raws, refs, strict=True):
-            off = _a64(off)
-            offs.append(off)
-            if ref is not None:
-                off += record_size(ref[0])
-                big = True
-                continue
-            off += r.nbytes
-            if r.nbytes >= self._zc_min:
-                big = True
-        total = off
+        offs: list[int] = []
+        refs: list[Any] = []
+        if n:
+            offs, refs, total, big = self._lay_out(raws, plen)
+        else:  # the common small value: no out-of-band buffers to place
+            total, big = plen, False
         q = self._q
-        seq = q[_H_WSEQ // 8]
+        seq = q[_WSEQ_Q]
         low = seq - self.slots  # every reader must have consumed value `low`
         if low >= 0:
-            for i, ri in enumerate(self._rseqs):
+            for ri in self._rseqs:
                 if q[ri] <= low:
                     self._wait(lambda ri=ri: q[ri] > low, ri * 8, _H_WWAIT // 4, timeout,
-                               "write", i)
+                               "write", self._rseqs.index(ri))
         base = self._first + (seq % self.slots) * self._stride
         blk = None
         kept_any = False
@@ -193,7 +205,7 @@ class ShmRingWriter(RingEndpoint):
             if blk is not None:
                 self._pool.unuse(blk)
             raise
-        q[_H_WSEQ // 8] = seq + 1  # publish (x86: ordered after the payload stores)
+        q[_WSEQ_Q] = seq + 1  # publish (x86: ordered after the payload stores)
         fence()
         for fi in self._rflags:
             if u[fi]:
@@ -208,7 +220,7 @@ class ShmRingWriter(RingEndpoint):
 
     def _linger(self, linger: float) -> None:
         q, end = self._q, time.monotonic() + linger
-        wseq = q[_H_WSEQ // 8]
+        wseq = q[_WSEQ_Q]
         for i, ri in enumerate(self._rseqs):
             rem = end - time.monotonic()
             if q[ri] >= wseq or rem <= 0:
@@ -259,7 +271,7 @@ class ShmRingWriter(RingEndpoint):
             self._linger(linger)
         # Detach before waking anyone: a reader woken by the close may make this thread's
         # owner call write() at once, which must see a closed writer, not released views.
-        self._final_pos = self._q[_H_WSEQ // 8]
+        self._final_pos = self._q[_WSEQ_Q]
         seg, self._seg = self._seg, None  # type: ignore[assignment]
         _set_closed(seg, Closed.CLOSED)
         self._pool.close()

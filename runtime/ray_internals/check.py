@@ -111,9 +111,21 @@ def _owner_and_attr(use: RayInternal) -> tuple[str, str]:
     return use.name, ""
 
 
-def _module_level_problems() -> list[str]:
+# Modules whose import is costly and that a graph without collectives never loads:
+# ``ray.experimental.collective`` imports ``ray.util.collective``, which imports torch
+# (1.4 s of a 2 s compile). ``require()`` checks their entries once something has loaded
+# them (a model file whose graph has a Ray collective has); until then no object of
+# theirs can be in the graph.
+_DEFERRED_MODULES = ("ray.experimental.collective",)
+
+
+def _deferred(module: str) -> bool:
+    return any(module == d or module.startswith(d + ".") for d in _DEFERRED_MODULES)
+
+
+def _problems_of(uses: tuple[RayInternal, ...]) -> list[str]:
     problems = []
-    for use in PRIVATE_API:
+    for use in uses:
         if use.use in (Use.MARK, Use.NAME):
             continue
         name = _owner_and_attr(use)[0]
@@ -121,7 +133,11 @@ def _module_level_problems() -> list[str]:
             _resolve(use.module, name)
         except (ImportError, AttributeError):
             problems.append(use.module + "." + name)
-    return sorted(set(problems))
+    return problems
+
+
+def _module_level_problems() -> list[str]:
+    return sorted(set(_problems_of(PRIVATE_API)))
 
 
 def missing_internals() -> list[str]:
@@ -137,14 +153,19 @@ def missing_internals() -> list[str]:
 
 
 @functools.cache
-def _module_level_ok() -> tuple[str, ...]:
-    return tuple(_module_level_problems())
+def _module_level_ok(module: str) -> tuple[str, ...]:
+    """The missing module-level entries of ``module`` (cached: Ray does not change while
+    a process runs)."""
+    return tuple(_problems_of(tuple(u for u in PRIVATE_API if u.module == module)))
 
 
 def require() -> None:
     """Check that the installed Ray has every module, class, function and constant in
     ``PRIVATE_API`` (instance attributes are checked where they are read), and warn once
-    if it is another release than ``WRITTEN_FOR``. Cached.
+    if it is another release than ``WRITTEN_FOR``. Cached per module. Entries of Ray's
+    collective modules are checked only once something has imported them (the model file
+    does when its graph has a collective): importing them imports torch, which a graph
+    without collectives must not pay for.
 
     Example::
 
@@ -153,7 +174,9 @@ def require() -> None:
     Raises:
         RayVersionError: one is missing; the message names it and the Ray version.
     """
-    missing = _module_level_ok()
+    modules = dict.fromkeys(u.module for u in PRIVATE_API)  # in order, once each
+    missing = sorted({p for m in modules if m in sys.modules or not _deferred(m)
+                      for p in _module_level_ok(m)})
     if missing:
         raise mismatch(", ".join(missing))
     check_version()

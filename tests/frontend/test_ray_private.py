@@ -195,3 +195,18 @@ def test_recording_restores_every_patch_target():
     assert {(t.module, t.owner, t.attr) for t in targets} <= {
         (u.module, *u.name.rpartition(".")[::2]) for u in rp.PRIVATE_API if u.use is rp.Use.PATCH
     }
+
+
+def test_a_missing_collective_internal_is_reported_once_collectives_are_loaded():
+    # require() skips Ray's collective modules until something imports them (they import
+    # torch); a graph with a collective has imported them, and then they are checked.
+    ops = importlib.import_module("ray.experimental.collective.operations")
+    ri_check._module_level_ok.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delattr(ops, "_bind")
+            with pytest.raises(RayVersionError, match=r"collective\.operations\._bind"):
+                rp.require()
+    finally:
+        ri_check._module_level_ok.cache_clear()
+    rp.require()  # Ray restored: passes again

@@ -4,6 +4,9 @@ on every path."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import rt_graphs as G
 
@@ -92,6 +95,25 @@ def test_buffered_results_limit_counts_the_execution_being_read(ray_cluster):
             second.get()
         assert first.get() == 4
         assert second.get() == 5
+
+
+def test_a_submit_waiting_for_a_buffer_place_goes_on_when_a_get_frees_one(ray_cluster):
+    # Capacity 2, at most one buffered result: the 4th execute is at capacity and the
+    # result it would read to make room has no buffer place, so it waits until a get() in
+    # another thread frees the buffered one. A lost wake-up would end the wait only at
+    # the submit timeout (30 s), after the join below gave up.
+    with G.chain_plan(2).start(capacity=2, max_buffered_results=1, submit_timeout=30,
+                               get_timeout=30) as g:
+        refs = [g.execute(i) for i in range(3)]
+        late: list = []
+        t = threading.Thread(target=lambda: late.append(g.execute(3)), daemon=True)
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive(), "execute() did not wait for a buffer place"
+        assert refs[0].get() == 3
+        t.join(10)
+        assert not t.is_alive(), "execute() was not woken when a result was freed"
+        assert [r.get() for r in refs[1:]] + [late[0].get()] == [4, 5, 6]
 
 
 def test_get_timeout_loses_nothing_and_fail_fast_keeps_positions(ray_cluster):

@@ -3,6 +3,10 @@
 Usage: ``python tools/bench/bench_compile.py [--calls 1000] [--actors 8] [--repeat 3]``.
 Prints the best wall time of ``cgc.passes.lower`` (which ends by running the verifier)
 and, separately, of ``cgc.plan_schema.verify.verify_plan`` alone. Target: well under 2 s.
+
+``--write-ray-model FILE`` writes the same shape of graph as a model file in Ray's API
+(``ray_model_source``) instead, for timing a whole ``cgc compile FILE`` process
+(``tools/bench/compare.py`` does, on two commits side by side).
 """
 
 from __future__ import annotations
@@ -85,12 +89,62 @@ def make_graph(calls: int, actors: int, seed: int = 0) -> pb.Plan:
     return pb.Plan(name="bench", graph=g)
 
 
+_RAY_MODEL = '''"""A generated model file in Ray's API: {calls} calls on {actors} actors, each call
+taking its actor's previous value and one recent value (tools/bench/bench_compile.py)."""
+
+import random
+
+import ray
+from ray.dag import InputNode, MultiOutputNode
+
+
+@ray.remote(num_cpus=0.1)
+class Worker:
+    def step(self, *xs):
+        return xs[0]
+
+
+def build_dag(calls={calls}, actors={actors}, seed={seed}):
+    rnd = random.Random(seed)
+    workers = [Worker.bind() for _ in range(actors)]
+    with InputNode() as inp:
+        last = [inp] * actors
+        recent = [inp]
+        for made in range(calls):
+            i = made % actors
+            other = rnd.choice(recent[-2 * actors :])
+            args = [last[i]] if other is last[i] else [last[i], other]
+            last[i] = workers[i].step.bind(*args)
+            recent.append(last[i])
+        return MultiOutputNode(last)
+'''
+
+
+def ray_model_source(calls: int = 1000, actors: int = 8, seed: int = 0) -> str:
+    """The text of a model file in Ray's API shaped as ``make_graph``'s graph (layers of
+    calls round-robin over CPU actors, each taking 1-2 earlier values; no collectives).
+
+    >>> "def build_dag(calls=10," in ray_model_source(calls=10)
+    True
+
+    Raises:
+        Nothing.
+    """
+    return _RAY_MODEL.format(calls=calls, actors=actors, seed=seed)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--actors", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write-ray-model", metavar="FILE",
+                    help="write the graph as a model file in Ray's API to FILE and exit")
     args = ap.parse_args()
+    if args.write_ray_model:
+        with open(args.write_ray_model, "w") as f:
+            f.write(ray_model_source(args.calls, args.actors))
+        return
     best, best_v = float("inf"), float("inf")
     for _ in range(args.repeat):
         plan = make_graph(args.calls, args.actors)
