@@ -53,7 +53,11 @@ def test_the_table_compares_medians_best_and_quiet_samples():
     assert cells[0] == "echo"
     assert cells[3] == f"{((35.0 + 10.6) / 2) / ((10.4 + 36.0) / 2):.2f}"  # medians
     assert cells[4] == f"{10.2 / 10.0:.2f}"  # best
-    assert cells[5] == f"{10.4 / 10.2:.2f} (2/2)"  # quiet: within 1.5x of the fastest
+    assert cells[5] == f"{10.4 / 10.2:.2f} (2/2)"  # quiet: within 1.5x of its side's best
+    # Sides far apart (a regression fixed): each side's quiet samples are its own.
+    row.samples = {"base": [2.0, 2.1, 4.5], "current": [0.6, 0.62, 0.64]}
+    [_, _, line] = compare.table([row], *sides).splitlines()
+    assert line.strip("|").split("|")[5].strip() == f"{0.62 / 2.05:.2f} (2/3)"
 
 
 def test_the_1000_call_ray_model_file_compiles(tmp_path):

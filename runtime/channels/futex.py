@@ -21,8 +21,9 @@ import errno
 import os
 import threading
 import time
+from typing import Any
 
-__all__ = ["futex_wait", "futex_wait2", "futex_wake", "fence", "HAVE_WAITV"]
+__all__ = ["futex_wait", "futex_wait2", "futex_wake", "fence", "fence_halves", "HAVE_WAITV"]
 
 _SYS_FUTEX = 202  # x86_64; aarch64 uses 98
 if os.uname().machine in ("aarch64", "arm64"):
@@ -168,3 +169,17 @@ def fence() -> None:
     """
     _fence_lock.acquire()
     _fence_lock.release()
+
+
+def fence_halves() -> tuple[Any, Any]:
+    """``(acquire, release)`` of the fence's lock: ``a(); r()`` is ``fence()`` without a
+    Python call, for the channels' per-value paths (~0.1 µs each, twice per hop).
+
+    >>> acquire, release = fence_halves()
+    >>> acquire(); release()
+    True
+
+    Raises:
+        Nothing.
+    """
+    return _fence_lock.acquire, _fence_lock.release

@@ -83,9 +83,13 @@ class RingEndpoint:
         # cheaper to spin through. Waits longer than _SPIN_MAX count as zero: for them
         # (an idle graph, slow methods) sleeping costs nothing noticeable, and the budget
         # decays back to the configured spin.
-        sample = waited if waited <= _SPIN_MAX else 0.0
-        self._wait_est = 0.8 * self._wait_est + 0.2 * sample
-        self._spin_budget = min(_SPIN_MAX, max(self._spin, 2.0 * self._wait_est))
+        # (Comparisons, not min/max: this runs once per wait, on the value's way out.)
+        est = 0.8 * self._wait_est + 0.2 * (waited if waited <= _SPIN_MAX else 0.0)
+        self._wait_est = est
+        budget = 2.0 * est
+        if budget < self._spin:
+            budget = self._spin
+        self._spin_budget = budget if budget < _SPIN_MAX else _SPIN_MAX
 
     def _sleep(self, ready: Any, watch_off: int, flag_idx: int, timeout: float | None,
                what: str, peer: int) -> None:

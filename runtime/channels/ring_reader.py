@@ -37,7 +37,7 @@ from .errors import (
 from .forward import FOREIGN, ForeignCache, unpack_record
 from .forward import register as register_ref
 from .forward import unregister as unregister_ref
-from .futex import fence, futex_wake
+from .futex import futex_wake
 from .pool import BLOCK_MAGIC, BlockCache, block_data_offset, release_block
 from .procs import identity
 from .ring_endpoint import RingEndpoint
@@ -55,6 +55,8 @@ from .ring_layout import (
     _VERSION,
     _WSEQ_Q,
     Closed,
+    _fence_a,
+    _fence_r,
     _set_closed,
     require_ring_support,
 )
@@ -314,7 +316,8 @@ class ShmRingReader(RingEndpoint):
 
     def _advance(self, seq: int) -> None:
         self._q[self._cur] = seq + 1
-        fence()
+        _fence_a()  # fence()
+        _fence_r()
         if self._u[_H_WWAIT // 4]:
             futex_wake(self._seg.addr + self._cur * 8)
 

@@ -19,7 +19,7 @@ from typing import Any
 from .errors import ChannelClosedError, ChannelTimeoutError
 from .forward import FOREIGN, pack_record, record_size
 from .forward import find as find_ref
-from .futex import fence, futex_wake
+from .futex import futex_wake
 from .parallel_copy import copy_into
 from .pool import DEFAULT_KEEP_FREE_BYTES, BlockPool
 from .ring_endpoint import RingEndpoint
@@ -40,6 +40,8 @@ from .ring_layout import (
     _WSEQ_Q,
     Closed,
     _a64,
+    _fence_a,
+    _fence_r,
     _layout,
     _set_closed,
     require_ring_support,
@@ -206,7 +208,8 @@ class ShmRingWriter(RingEndpoint):
                 self._pool.unuse(blk)
             raise
         q[_WSEQ_Q] = seq + 1  # publish (x86: ordered after the payload stores)
-        fence()
+        _fence_a()  # fence()
+        _fence_r()
         for fi in self._rflags:
             if u[fi]:
                 futex_wake(self._seg.addr + _H_WSEQ)

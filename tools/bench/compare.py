@@ -200,7 +200,7 @@ def _cell(xs: list[float], unit: str) -> str:
     return med + span
 
 
-QUIET = 1.5  # a sample within this factor of the fastest of both sides is a quiet one
+QUIET = 1.5  # a sample within this factor of its side's fastest is a quiet one
 
 
 def table(rows: list[Row], base: Side, cur: Side) -> str:
@@ -210,7 +210,8 @@ def table(rows: list[Row], base: Side, cur: Side) -> str:
     Why three: on a shared 2-core machine another session's work takes a core now and
     then, and a latency sample then lands in a slow mode (the echo's 10 µs becomes
     35-45 µs) for a whole process; a median over a few rounds is then a coin toss, while
-    the quiet samples of both sides (within ``QUIET`` of the fastest) compare the code.
+    the quiet samples of each side (within ``QUIET`` of that side's fastest) compare the
+    code.
     """
     lines = [
         f"| row | base `{base.label}` | current `{cur.label}` | current ÷ base (medians) "
@@ -220,8 +221,8 @@ def table(rows: list[Row], base: Side, cur: Side) -> str:
     med = statistics.median
     for row in rows:
         b, c = row.samples["base"], row.samples["current"]
-        cut = QUIET * min(b + c)
-        qb, qc = [x for x in b if x <= cut], [x for x in c if x <= cut]
+        qb = [x for x in b if x <= QUIET * min(b)]
+        qc = [x for x in c if x <= QUIET * min(c)]
         quiet = (f"{med(qc) / med(qb):.2f} ({len(qb)}/{len(qc)})" if qb and qc
                  else f"— ({len(qb)}/{len(qc)})")
         lines.append(f"| {row.title} | {_cell(b, row.unit)} | {_cell(c, row.unit)} "
