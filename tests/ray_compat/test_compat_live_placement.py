@@ -10,23 +10,12 @@ from __future__ import annotations
 import inspect
 import time
 
-import compat_actors
 import pytest
 import ray
 from compat_actors import Counter
+from compat_fixture import compat  # noqa: F401 - the module's autouse fixture
 from ray.dag import InputNode, MultiOutputNode
 from ray.experimental.collective import allgather as ray_allgather
-
-import cgc.ray_compat
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compat(ray_cluster):
-    ray.cloudpickle.register_pickle_by_value(compat_actors)
-    cgc.ray_compat.install()
-    yield
-    cgc.ray_compat.uninstall()
-    ray.cloudpickle.unregister_pickle_by_value(compat_actors)
 
 
 @pytest.fixture

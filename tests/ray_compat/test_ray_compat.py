@@ -11,10 +11,10 @@ import pickle
 import shutil
 import time
 
-import compat_actors
 import pytest
 import ray
 from compat_actors import AppError, Counter
+from compat_fixture import compat  # noqa: F401 - the module's autouse fixture
 from ray.dag import InputNode, MultiOutputNode
 from ray.exceptions import (
     ActorDiedError,
@@ -26,16 +26,6 @@ from ray.exceptions import (
 
 import cgc.ray_compat
 from cgc.ray_compat import CompiledDAG
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compat(ray_cluster):
-    # Ray's workers cannot import this test folder: ship its classes by value.
-    ray.cloudpickle.register_pickle_by_value(compat_actors)
-    cgc.ray_compat.install()
-    yield
-    cgc.ray_compat.uninstall()
-    ray.cloudpickle.unregister_pickle_by_value(compat_actors)
 
 
 @pytest.fixture
