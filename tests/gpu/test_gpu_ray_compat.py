@@ -19,21 +19,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ray_compat"))
 
 import ray_gpu_programs as progs  # noqa: E402
+from compat_fixture import drop_in_for  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compat(ray_cluster):
-    import ray
-
-    import cgc.ray_compat
-
-    ray.cloudpickle.register_pickle_by_value(progs)
-    cgc.ray_compat.install()
-    yield
-    cgc.ray_compat.uninstall()
-    ray.cloudpickle.unregister_pickle_by_value(progs)
+compat = drop_in_for(progs)  # the drop-in installed for this module
 
 
 def _check(rep: progs.Report, transport: str) -> None:
