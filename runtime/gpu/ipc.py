@@ -32,9 +32,11 @@ tensors, or one collective's part), slot ``k = n % slots``:
 
 The notice follows the copies because the reader must not wait on event ``k`` before the
 writer recorded it for this use. The transport is ``data_first``: the protocol runs a
-send's group before it sends the header, so a reader woken by the header finds the notice
-already queued (one wake-up per value, as when the notice rode in the header). A static
-edge's receive, posted before its header is read, is the reader waiting for the notice.
+send's group before it sends the header, and the notice is held back to go out in the same
+ring write as that header (``SortedSideChannels.hold``): one message and one wake-up per
+value, as when the slot data rode in the header. A group with receives (collectives,
+warm-up) sends its notices before it waits. A static edge's receive, posted before its
+header is read, is the reader waiting for the notice.
 
 So ``send`` returns once the header is written and blocks only when the reader is ``slots``
 values behind (NCCL's CPU semantics; op programs do not change). A value larger than its
@@ -108,11 +110,9 @@ def _grow(cap: int, need: int) -> int:
     return cap
 
 
-def _nbytes(t: Any) -> int:
-    return int(t.numel()) * int(t.element_size())
-
-
 def _by_peer(pairs: Sequence[tuple[Any, int]]) -> dict[int, list[Any]]:
+    if len(pairs) == 1:
+        return {pairs[0][1]: [pairs[0][0]]}
     out: dict[int, list[Any]] = {}
     for buf, peer in pairs:
         out.setdefault(peer, []).append(buf)
@@ -249,12 +249,17 @@ class IpcTransport(DeviceTransport):
     def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]], *,
             timeout: float | None = None) -> None:
         """One use per peer of ``sends`` (its buffers in order), then one per peer of
-        ``recvs``: all sends first, so no order of members can deadlock."""
+        ``recvs``: all sends first, so no order of members can deadlock. The notices of a
+        group without receives go out with the protocol's next message to the peer (the
+        header: ``data_first``), or before this rank next waits."""
         self._poll()
-        for peer, bufs in _by_peer(sends).items():
-            self._write(peer, bufs, timeout)
-        for peer, bufs in _by_peer(recvs).items():
-            self._read(peer, bufs, timeout)
+        if sends:
+            for peer, bufs in _by_peer(sends).items():
+                self._write(peer, bufs, timeout)
+        if recvs:
+            self.side.flush(timeout)  # our notices before we take theirs
+            for peer, bufs in _by_peer(recvs).items():
+                self._read(peer, bufs, timeout)
 
     def _write(self, peer: int, bufs: list[Any], timeout: float | None) -> None:
         o = self._connect_out(peer, timeout)
@@ -263,7 +268,7 @@ class IpcTransport(DeviceTransport):
         if n >= self.slots:
             events = self._await_ack(o, peer, n - self.slots, timeout)
             dev.wait(stream, events[k])  # the reader's copy out of slot k is done
-        sizes = tuple(_nbytes(b) for b in bufs)
+        sizes = [b.numel() for b in bufs]  # flat uint8 buffers (DeviceTransport.p2p)
         offsets, total = _layout(sizes)
         ptr, cap, gen, _h = o.bufs[k]
         new = None
@@ -278,16 +283,18 @@ class IpcTransport(DeviceTransport):
             if nb:
                 dev.copy(ptr + off, b.data_ptr(), nb, stream)
         dev.record(o.events[k][0], stream)
-        self.side.send(peer, (DATA, n, sizes, gen, new), timeout)
+        # Held: it travels with the header the protocol sends next (data_first), or goes
+        # out before this rank waits for anything (SortedSideChannels).
+        self.side.hold(peer, (DATA, n, sizes, gen, new))
         o.n = n + 1
 
     def _read(self, peer: int, bufs: list[Any], timeout: float | None) -> None:
         i = self._connect_in(peer, timeout)
         _, n, sizes, gen, new = self._next(peer, DATA, timeout)
-        posted = tuple(_nbytes(b) for b in bufs)
+        posted = [b.numel() for b in bufs]
         if n != i.n:
             raise ChannelError(f"{self.name}: rank {peer} sent use {n}, expected use {i.n}")
-        if tuple(sizes) != posted:
+        if sizes != posted:
             raise ChannelError(f"{self.name}: rank {peer} sent buffers of {list(sizes)} "
                                f"bytes, rank {self.rank} posted {list(posted)}")
         k = n % len(i.maps)

@@ -78,10 +78,10 @@ class DeviceTransport(abc.ABC):
 
     rank: int
     world_size: int
-    # True: a send's transport group runs before its header goes out (CUDA IPC: its
-    # receiver can start only once the bytes are in place, and then finds the transfer
-    # notice already there when the header arrives: one wake-up per value). False (NCCL):
-    # the header first, so the receiver posts its receives while the sender's are queued.
+    # True: a send's transport group runs before its header goes out, and the header is
+    # the next message to that peer (CUDA IPC: its receiver can start only once the bytes
+    # are in place; the transfer notice travels with the header). False (NCCL): the header
+    # first, so the receiver posts its receives while the sender's are queued.
     data_first: bool = False
 
     @abc.abstractmethod

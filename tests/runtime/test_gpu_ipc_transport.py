@@ -234,6 +234,17 @@ def test_sorted_side_channels_keep_each_kind_in_order(prefix):
     assert [b.recv_kind(0, "t:x", 5) for _ in range(2)] == [("t:x", 1), ("t:x", 2)]
     with pytest.raises(ChannelTimeoutError):
         b.recv(0, 0.2)
+    # Held messages go with the next message to their peer, in order...
+    a.hold(1, ("t:x", 3))
+    a.hold(1, ("t:y", 2))
+    a.send(1, "p3", 5)
+    assert b.recv(0, 5) == "p3" and b.recv_kind(0, "t:y", 5) == ("t:y", 2)
+    assert b.recv_kind(0, "t:x", 5) == ("t:x", 3)
+    # ...or before their holder waits for anything (its peer may need them first).
+    a.hold(1, ("t:x", 4))
+    with pytest.raises(ChannelTimeoutError):
+        a.recv(1, 0.2)
+    assert b.recv_kind(0, "t:x", 5) == ("t:x", 4)
     for s in (a, b):
         s.close(linger=0)
 
