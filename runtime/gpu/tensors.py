@@ -84,7 +84,6 @@ class Header(NamedTuple):
         metas: one ``TensorMeta`` per device tensor, in placeholder order.
         skeleton: pickled value with placeholders; None when the value is ``tensors[0]``.
         error: the ``ErrorValue`` when ``status`` is error.
-        ext: transport fields (CUDA IPC: slot, offsets, buffer generation).
     """
 
     tag: str
@@ -92,7 +91,6 @@ class Header(NamedTuple):
     metas: tuple[TensorMeta, ...]
     skeleton: bytes | None
     error: ErrorValue | None = None
-    ext: Any = None
 
 
 def is_cuda_tensor(obj: Any) -> bool:
@@ -227,8 +225,8 @@ def rebuild_value(skeleton: bytes | None, tensors: Sequence[Any]) -> Any:
     return _Rebuilder(io.BytesIO(skeleton), tensors).load()
 
 
-def make_header(value: Any, tag: str = "p2p", is_device: Callable[[Any], bool] | None = None,
-                ext: Any = None) -> tuple[Header, list[Any]]:
+def make_header(value: Any, tag: str = "p2p",
+                is_device: Callable[[Any], bool] | None = None) -> tuple[Header, list[Any]]:
     """The header and device tensors for ``value`` (an ``ErrorValue`` gives an error header).
 
     The tensors are returned as given (possibly non-contiguous or with ``requires_grad``);
@@ -238,15 +236,15 @@ def make_header(value: Any, tag: str = "p2p", is_device: Callable[[Any], bool] |
         pickle.PicklingError, TypeError: ``value`` cannot be pickled.
     """
     if type(value) is ErrorValue:
-        return error_header(value, tag, ext), []
+        return error_header(value, tag), []
     skeleton, tensors = split_value(value, is_device)
-    return Header(tag, STATUS_OK, tuple(tensor_meta(t) for t in tensors), skeleton, None,
-                  ext), tensors
+    return Header(tag, STATUS_OK, tuple(tensor_meta(t) for t in tensors), skeleton,
+                  None), tensors
 
 
-def error_header(err: ErrorValue, tag: str = "p2p", ext: Any = None) -> Header:
+def error_header(err: ErrorValue, tag: str = "p2p") -> Header:
     """A header that carries ``err`` in place of a value (no tensor follows)."""
-    return Header(tag, STATUS_ERROR, (), None, err, ext)
+    return Header(tag, STATUS_ERROR, (), None, err)
 
 
 def open_header(header: Header, tensors: Sequence[Any]) -> Any:
