@@ -224,8 +224,6 @@ def nccl_rank_script(p: Peer, rank: int) -> dict:
     out["max"] = c.allreduce(torch.tensor([rank, 5 - rank], device="cuda"), "max").tolist()
     out["gather"] = [t.tolist() for t in c.allgather(torch.tensor([rank], device="cuda"))]
     out["rs"] = c.reducescatter(torch.arange(4.0, device="cuda") * (rank + 1), "sum").tolist()
-    out["bcast"] = c.broadcast(torch.tensor([9.0], device="cuda") if rank == 1 else None,
-                               root=1).tolist()
     err = c.allreduce(ErrorValue.from_exception(RuntimeError("r1")) if rank else x, "sum")
     out["coll_err"] = err.message
     try:
@@ -244,7 +242,6 @@ def world1_collectives(p: Peer) -> dict:
     res = {op: c.allreduce(x, op).tolist() for op in ("sum", "product", "max", "min", "avg")}
     res["gather"] = [t.tolist() for t in c.allgather(x)]
     res["rs"] = c.reducescatter(x, "sum").tolist()
-    res["bcast"] = c.broadcast(x, 0).tolist()
     res["int_avg"] = c.allreduce(torch.tensor([3, 4], device="cuda"), "avg").tolist()
     res["bool_max"] = c.allreduce(torch.tensor([True, False], device="cuda"), "max").tolist()
     return res
