@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import uuid
 from collections.abc import Callable
 
 import pytest
@@ -80,14 +79,3 @@ def ray_address(ray_cluster) -> str:
 
     return ray.get_runtime_context().gcs_address
 
-
-@pytest.fixture
-def prefix():
-    """A unique shared-memory name prefix; the test fails if segments are left under it."""
-    from cgc.runtime.channels import cleanup_segments, list_segments
-
-    p = f"cgc-test-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-    yield p
-    left = list_segments(p)
-    cleanup_segments(p)
-    assert left == [], f"leaked segments: {left}"

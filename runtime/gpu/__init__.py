@@ -11,15 +11,12 @@ Modules (each docstring has the details and an example):
 - ``factory``   - ``open_device_communicator(transport, ...)``: one call per member.
 - ``nccl``      - ``make_unique_id()`` (rank 0), ``NcclCommunicator`` (ctypes or cupy
   binding, ``nccl_lib``); ``torchdist.TorchDistCommunicator`` over a user's group.
-- ``ipc``       - ``CudaIpcCommunicator`` for actors sharing one GPU: the protocol over
-  ``IpcTransport`` (slots in exported device buffers; device calls in ``ipc_devices``).
+- ``ipc``       - ``CudaIpcCommunicator`` for actors sharing one GPU.
 - ``staging``   - ``HostStagingCommunicator`` (pinned host memory around a host comm).
 - ``protocol``  - the value protocol (headers, static edges, errors as values, collective
-  status words) shared by the NCCL, torch.distributed and CUDA IPC communicators, over a
-  ``DeviceTransport``.
+  status words) shared by the NCCL-shaped communicators, over a ``DeviceTransport``.
 - ``tensors``   - split a value into header + device tensors and back.
-- ``sidechannel`` - ordered host messages per rank pair (``ShmSideChannels``; pluggable;
-  ``SortedSideChannels`` for a transport's own messages on the same FIFOs).
+- ``sidechannel`` - ordered host messages per rank pair (``ShmSideChannels``; pluggable).
 - ``streams``   - ``ActorStreams``: compute/comm streams, events, lifetimes, sync counter.
 - ``warmup``    - ``p2p_peers(plan, comm_index, actor)``, ``warm_up(comm, peers)``.
 - ``cpu_transport`` - the CPU stand-in transport that runs the protocol in CI.

@@ -37,8 +37,7 @@ class ShmCpuTransport(DeviceTransport):
 
     Args:
         prefix: unique name prefix for the data rings (from the caller).
-        timeout: how long a blocking ring op may wait (it stands in for NCCL, whose ops take
-            no timeout: a call's own ``timeout`` is not used).
+        timeout: how long a blocking ring op may wait (device ops take no timeout).
     """
 
     def __init__(self, prefix: str, rank: int, world_size: int, *, slots: int = 8,
@@ -84,8 +83,7 @@ class ShmCpuTransport(DeviceTransport):
                              f"{self.rank} posted {buf.numel() * buf.element_size()}")
         buf.view(-1).numpy()[:] = arr.view(buf.numpy().dtype).reshape(-1)
 
-    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]], *,
-            timeout: float | None = None) -> None:
+    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
         # A group's sends never wait on its receives here (rings buffer them), so sends
         # first, then receives, is a valid order for any group.
         for buf, peer in sends:
@@ -109,19 +107,17 @@ class ShmCpuTransport(DeviceTransport):
                 parts.append(t)
         return parts
 
-    def allreduce(self, send: Any, recv: Any, op: ReduceOp, *,
-                  timeout: float | None = None) -> None:
+    def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
         self.ops.append(("allreduce", op.word))
         recv.copy_(reduce_values(self._gather(send), op))
 
-    def allgather(self, send: Any, recv: Any, *, timeout: float | None = None) -> None:
+    def allgather(self, send: Any, recv: Any) -> None:
         self.ops.append(("allgather", None))
         n = send.numel()
         for r, part in enumerate(self._gather(send)):
             recv.view(-1)[r * n:(r + 1) * n].copy_(part.view(-1))
 
-    def reducescatter(self, send: Any, recv: Any, op: ReduceOp, *,
-                      timeout: float | None = None) -> None:
+    def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
         self.ops.append(("reducescatter", op.word))
         full = reduce_values(self._gather(send), op)
         recv.copy_(scatter_part(full, self.rank, self.world_size))

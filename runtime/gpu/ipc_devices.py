@@ -1,10 +1,10 @@
-"""The device calls of the CUDA IPC transport (``cgc.runtime.gpu.ipc``), behind one interface.
+"""The device calls of the CUDA IPC communicator (``cgc.runtime.gpu.ipc``), behind one interface.
 
-``IpcDevice`` is what the transport needs: exportable buffers and interprocess events named by
+``IpcDevice`` is what the protocol needs: exportable buffers and interprocess events named by
 handles that another process opens, device copies and stream waits. ``CudaIpcDevice`` runs
 them on a GPU through ``cupy.cuda.runtime``; ``ShmIpcDevice`` stands in for the GPU in CPU
 tests (buffers are shared-memory segments, copies are synchronous, events do nothing), so the
-transport and the value protocol above it run in CI.
+protocol itself runs in CI.
 
 Example:
     >>> dev = ShmIpcDevice("cgc-doc-ipc-", rank=0)
@@ -70,10 +70,6 @@ class IpcDevice(abc.ABC):
     @abc.abstractmethod
     def sync_event(self, ev: Any) -> None:
         """CPU wait for ``ev`` (rare paths only; counted in ``SYNC_COUNTER``)."""
-
-    def release(self) -> None:  # noqa: B027 - optional: only stand-ins hold host resources
-        """Release whatever the device itself still holds (teardown, after the transport
-        freed, closed and destroyed its buffers and events)."""
 
 
 class CudaIpcDevice(IpcDevice):

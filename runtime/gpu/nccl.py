@@ -34,7 +34,7 @@ from cgc.runtime.errors import SetupError
 
 from .nccl_lib import DTYPES, OPS, UINT8, NcclHandle, NcclLib, nccl_lib
 from .protocol import DeviceCommunicator, DeviceTransport
-from .sidechannel import SideChannels, SideFactory, exchange, open_side
+from .sidechannel import ShmSideChannels, SideChannels, SideFactory, exchange
 from .streams import actor_streams
 from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
 
@@ -90,8 +90,7 @@ class NcclTransport(DeviceTransport):
 
         return torch.empty(meta.shape, dtype=torch_dtype(meta.dtype), device=self._device)
 
-    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]], *,
-            timeout: float | None = None) -> None:
+    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
         lib, h, s = self.lib, self.h, self._stream
         lib.group_start()
         try:
@@ -117,18 +116,16 @@ class NcclTransport(DeviceTransport):
             t = torch.view_as_real(t)
         return t, code, OPS[op.word] if op is not None else 0
 
-    def allreduce(self, send: Any, recv: Any, op: ReduceOp, *,
-                  timeout: float | None = None) -> None:
+    def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
         s, code, o = self._typed(send, op)
         r, _, _ = self._typed(recv, op)
         self.lib.allreduce(self.h, s.data_ptr(), r.data_ptr(), s.numel(), code, o, self._stream)
 
-    def allgather(self, send: Any, recv: Any, *, timeout: float | None = None) -> None:
+    def allgather(self, send: Any, recv: Any) -> None:
         self.lib.allgather(self.h, send.data_ptr(), recv.data_ptr(), send.numel(), UINT8,
                            self._stream)
 
-    def reducescatter(self, send: Any, recv: Any, op: ReduceOp, *,
-                      timeout: float | None = None) -> None:
+    def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
         s, code, o = self._typed(send, op)
         r, _, _ = self._typed(recv, op)
         self.lib.reducescatter(self.h, s.data_ptr(), r.data_ptr(), r.numel(), code, o,
@@ -176,8 +173,14 @@ class NcclCommunicator(DeviceCommunicator):
                  init_timeout: float = 60.0, timeout: float | None = None,
                  name: str = "") -> None:
         name = name or f"NCCL communicator (rank {rank} of {world_size})"
-        side = open_side(side, side_factory, prefix, rank, world_size, name,
-                         attach_timeout=max(init_timeout, 1.0))
+        if side is None:
+            if side_factory is not None:
+                side = side_factory(rank, world_size)
+            elif prefix is not None:
+                side = ShmSideChannels(prefix, rank, world_size,
+                                       attach_timeout=max(init_timeout, 1.0))
+            else:
+                raise ValueError(f"{name}: pass prefix, side or side_factory")
         deadline = time.monotonic() + init_timeout
         try:
             lib = nccl_lib(binding, blocking)

@@ -4,8 +4,7 @@
 hold device tensors. It owns the *protocol*; a ``DeviceTransport`` owns the *bytes*:
 
 - ``send(value, peer)``: header (status, tensor metas, skeleton; see ``tensors``) to the
-  peer's side-channel, then one transport group with a ``uint8`` send per tensor (the
-  group first where the transport says ``data_first``, as CUDA IPC does). The comm
+  peer's side-channel, then one transport group with a ``uint8`` send per tensor. The comm
   stream first waits for the compute stream. Returns once queued (NCCL's own CPU
   semantics: the device op completes at the rendezvous; the plan's verified order keeps
   it deadlock-free); the side-channel bounds how far a sender runs ahead.
@@ -31,11 +30,8 @@ thread wakes every waiter with ``ChannelClosedError`` and aborts the transport.
 ``last_event`` is the comm-stream event of the latest op that moved device data (None if
 none); see ``streams`` for how the executor uses it.
 
-Transports: ``nccl.NcclTransport``, ``torchdist.TorchDistTransport``, ``ipc.IpcTransport``
-(CUDA IPC between actors on one GPU; its collectives are p2p plus a local reduction). The
-same protocol code runs in CI on CPU with ``cpu_transport.ShmCpuTransport`` (CPU torch
-tensors standing in for device tensors, bytes through shared memory) and with
-``IpcTransport`` over ``ipc_devices.ShmIpcDevice``.
+The same protocol code runs in CI on CPU with ``cpu_transport.ShmCpuTransport`` (CPU torch
+tensors standing in for device tensors, bytes through shared memory).
 """
 
 from __future__ import annotations
@@ -71,18 +67,11 @@ class DeviceTransport(abc.ABC):
     """Moves tensor bytes between the ranks of one group, in call order, on the comm stream.
 
     Calls return once queued; completion is observed through stream events. Buffers are
-    torch tensors (flat ``uint8`` for p2p; typed for reductions). ``timeout`` bounds any
-    wait on the CPU a call makes (CUDA IPC waits for a peer's slot acknowledgement or
-    transfer notice; NCCL only queues and ignores it).
+    torch tensors (flat ``uint8`` for p2p; typed for reductions).
     """
 
     rank: int
     world_size: int
-    # True: a send's transport group runs before its header goes out, and the header is
-    # the next message to that peer (CUDA IPC: its receiver can start only once the bytes
-    # are in place; the transfer notice travels with the header). False (NCCL): the header
-    # first, so the receiver posts its receives while the sender's are queued.
-    data_first: bool = False
 
     @abc.abstractmethod
     def is_device(self, obj: Any) -> bool:
@@ -93,31 +82,24 @@ class DeviceTransport(abc.ABC):
         """A new tensor to receive ``meta`` into (allocated on the current stream)."""
 
     @abc.abstractmethod
-    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]], *,
-            timeout: float | None = None) -> None:
+    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
         """One group of ``uint8`` sends ``(buf, peer)`` and receives ``(buf, peer)``."""
 
     @abc.abstractmethod
-    def allreduce(self, send: Any, recv: Any, op: ReduceOp, *,
-                  timeout: float | None = None) -> None:
+    def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
         """``recv = op(send over ranks)`` (``op`` is never AVG: the protocol divides)."""
 
     @abc.abstractmethod
-    def allgather(self, send: Any, recv: Any, *, timeout: float | None = None) -> None:
+    def allgather(self, send: Any, recv: Any) -> None:
         """``recv`` (``world_size`` × ``send``, flat) gets every rank's ``send`` in order."""
 
     @abc.abstractmethod
-    def reducescatter(self, send: Any, recv: Any, op: ReduceOp, *,
-                      timeout: float | None = None) -> None:
+    def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
         """``recv`` gets chunk ``rank`` of ``op(send over ranks)``."""
 
     def unsupported(self, dtype: str, op: ReduceOp | None) -> str | None:
         """Why this transport cannot reduce ``dtype`` with ``op`` (None: it can)."""
         return None
-
-    def finish_warm_up(self, timeout: float | None) -> None:  # noqa: B027 - optional hook
-        """End of ``DeviceCommunicator.warm_up``: finish connection set-up that waits for
-        the peers' replies (CUDA IPC opens the events its readers sent back)."""
 
     def check(self) -> None:  # noqa: B027 - optional hook: most transports never fail late
         """Raise if the transport failed asynchronously (polled while waiting)."""
@@ -326,20 +308,16 @@ class DeviceCommunicator(Communicator):
         smeta = self._static_meta(shape, dtype) if shape is not None and dtype else None
         tr = self.transport
         hdr, tensors = header_for(value, "p2p", tr.is_device, smeta, self.name)
+        self.side.send(peer, hdr, timeout)
         if hdr.status == STATUS_ERROR:
             if smeta is None:
-                self.side.send(peer, hdr, timeout)
                 return  # dynamic edge: the receiver posts nothing either
             tensors = [self._dummy(smeta)]
         sends = [(as_bytes(t), peer) for t in self._ready(tensors) if t.numel()]
-        if not tr.data_first:
-            self.side.send(peer, hdr, timeout)
         if sends:
             # No event, no compute-stream wait: nothing on this rank consumes a send; the
             # bytes stay valid (record_stream in _ready, comm-pool copies otherwise).
-            tr.p2p(sends, (), timeout=timeout)
-        if tr.data_first:
-            self.side.send(peer, hdr, timeout)
+            tr.p2p(sends, ())
 
     def recv(self, peer: int, shape: Any = None, dtype: Any = None,
              timeout: float | None = None) -> Any:
@@ -363,7 +341,7 @@ class DeviceCommunicator(Communicator):
             meta = self._static_meta(shape, dtype)
             (out,) = self._alloc([meta])
             if meta.nbytes:
-                tr.p2p((), [(as_bytes(out), peer)], timeout=timeout)  # before the header
+                tr.p2p((), [(as_bytes(out), peer)])  # posted before the header is read
                 self._finish([out])
             hdr = self._recv_header(peer, timeout, "p2p")
             if hdr.status == STATUS_ERROR:
@@ -379,7 +357,7 @@ class DeviceCommunicator(Communicator):
         recvs = [(as_bytes(t), peer) for t, m in zip(tensors, hdr.metas, strict=True)
                  if m.nbytes]
         if recvs:
-            tr.p2p((), recvs, timeout=timeout)
+            tr.p2p((), recvs)
             self._finish(tensors)
         return open_header(hdr, tensors)
 
@@ -403,12 +381,10 @@ class DeviceCommunicator(Communicator):
         return collective_plan([w for _, w in words], tag, self.world_size)
 
     def _coll(self, tag: str, value: Any, timeout: float | None,
-              run: Callable[[Any, TensorMeta, float | None], Any],
-              op: ReduceOp | None = None) -> Any:
+              run: Callable[[Any, TensorMeta], Any], op: ReduceOp | None = None) -> Any:
         self._enter()
         try:
-            timeout = self._t(timeout)
-            how, what = self._agree(tag, value, timeout)
+            how, what = self._agree(tag, value, self._t(timeout))
             if how == "error":
                 return what
             if how == "host":  # every member gave host values: the host rule, here
@@ -418,7 +394,7 @@ class DeviceCommunicator(Communicator):
                 unsupported = "no average of booleans"
             if unsupported:
                 raise TypeError(f"{self.name}: {tag} of {what.dtype}: {unsupported}")
-            return run(value, what, timeout)
+            return run(value, what)
         finally:
             self._leave()
 
@@ -435,11 +411,10 @@ class DeviceCommunicator(Communicator):
         """
         op = ReduceOp.of(op)
 
-        def run(x: Any, meta: TensorMeta, t: float | None) -> Any:
+        def run(x: Any, meta: TensorMeta) -> Any:
             src = self._input(x)
             (out,) = self._alloc([meta])
-            self.transport.allreduce(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op,
-                                     timeout=t)
+            self.transport.allreduce(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op)
             if op is ReduceOp.AVG:
                 self._divide(out)
             self._finish([out])
@@ -457,13 +432,13 @@ class DeviceCommunicator(Communicator):
     def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
         """Every rank's value in rank order: views ``out[r]`` of one ``(world, *shape)``
         buffer (device), or the host values themselves."""
-        def run(x: Any, meta: TensorMeta, t: float | None) -> Any:
+        def run(x: Any, meta: TensorMeta) -> Any:
             src = self._input(x)
             full = TensorMeta((self.world_size, *meta.shape), meta.dtype,
                               meta.nbytes * self.world_size)
             (out,) = self._alloc([full])
             if meta.nbytes:
-                self.transport.allgather(as_bytes(src), as_bytes(out), timeout=t)
+                self.transport.allgather(as_bytes(src), as_bytes(out))
             self._finish([out])
             return list(out.unbind(0))
 
@@ -480,13 +455,12 @@ class DeviceCommunicator(Communicator):
         op = ReduceOp.of(op)
         world = self.world_size
 
-        def run(x: Any, meta: TensorMeta, t: float | None) -> Any:
+        def run(x: Any, meta: TensorMeta) -> Any:
             src = self._input(x)
             n = scatter_rows(meta.shape, world)
             part = TensorMeta((n, *meta.shape[1:]), meta.dtype, meta.nbytes // world)
             (out,) = self._alloc([part])
-            self.transport.reducescatter(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op,
-                                         timeout=t)
+            self.transport.reducescatter(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op)
             if op is ReduceOp.AVG:
                 self._divide(out)
             self._finish([out])
@@ -515,13 +489,12 @@ class DeviceCommunicator(Communicator):
                 with self.streams.comm_context():
                     src.zero_()
                 self.transport.p2p([(src, p) for p in peers],
-                                   list(zip(bufs, peers, strict=True)), timeout=timeout)
+                                   list(zip(bufs, peers, strict=True)))
             if collective:
                 (x,) = self._alloc([TensorMeta((1,), "float32", 4)])
                 with self.streams.comm_context():
                     x.zero_()
-                self.transport.allreduce(x, x, ReduceOp.SUM, timeout=timeout)
-            self.transport.finish_warm_up(timeout)
+                self.transport.allreduce(x, x, ReduceOp.SUM)
             ev = self.streams.comm_done()
             if ev is not None:
                 wait_event(ev.query, timeout, self._poll, f"{self.name} warm-up")

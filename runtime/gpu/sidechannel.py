@@ -26,19 +26,17 @@ Example (two ranks in two threads):
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.channels.ring_reader import ShmRingReader
 from cgc.runtime.channels.ring_writer import ShmRingWriter
 
-__all__ = ["SideChannels", "ShmSideChannels", "SortedSideChannels", "shm_side_factory",
-           "SideFactory", "open_side", "exchange", "attach_ring", "POLL_SLICE"]
+__all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "exchange",
+           "attach_ring", "POLL_SLICE"]
 
 POLL_SLICE = 0.05  # seconds between health polls (NCCL async errors) while a read waits
-_BUNDLE = "side:bundle"  # SortedSideChannels: several messages in one ring write
 
 
 class SideChannels(Protocol):
@@ -184,112 +182,6 @@ def shm_side_factory(prefix: str, **kw: Any) -> SideFactory:
     def make(rank: int, world_size: int) -> SideChannels:
         return ShmSideChannels(prefix, rank, world_size, **kw)
     return make
-
-
-def open_side(side: SideChannels | None, side_factory: SideFactory | None, prefix: str | None,
-              rank: int, world_size: int, name: str, **shm_kw: Any) -> SideChannels:
-    """The side-channels a communicator constructor was given: ``side`` itself, else
-    ``side_factory(rank, world_size)``, else ``ShmSideChannels(prefix, ..., **shm_kw)``.
-
-    Raises:
-        ValueError: none of the three was given (the message names ``name``).
-    """
-    if side is not None:
-        return side
-    if side_factory is not None:
-        return side_factory(rank, world_size)
-    if prefix is not None:
-        return ShmSideChannels(prefix, rank, world_size, **shm_kw)
-    raise ValueError(f"{name}: pass prefix, side or side_factory")
-
-
-class SortedSideChannels:
-    """``side``'s FIFOs shared by a protocol and a transport's own messages, sorted on arrival.
-
-    A transport message is a tuple whose first item is one of ``kinds`` (e.g.
-    ``("ipc:ack", 3, 0)``); anything else belongs to the protocol. ``recv`` returns the next
-    protocol message from a peer and ``recv_kind`` the next message of one kind; whatever
-    either reads on the way is queued for the other, so no kind ever waits behind another
-    and each kind keeps the order it was sent in.
-
-    ``hold(peer, msg)`` keeps a message back to travel with the next one sent to ``peer``
-    (one ring write for both, e.g. a transfer notice and the header after it); held
-    messages also go out at ``flush()`` and before this rank waits for any read, so a
-    held message never waits on its own receiver. Not thread-safe (one caller thread;
-    ``poison`` from any).
-
-    Example:
-        >>> import uuid
-        >>> pre = f"cgc-doc-sorted-{uuid.uuid4().hex[:6]}-"
-        >>> a, b = (SortedSideChannels(ShmSideChannels(pre, r, 2), {"t:x"}) for r in (0, 1))
-        >>> a.hold(1, ("t:x", 1)); a.send(1, "hdr")   # one ring message
-        >>> b.recv(0, timeout=5), b.recv_kind(0, "t:x", timeout=5)
-        ('hdr', ('t:x', 1))
-        >>> for s in (a, b): s.close(linger=0)
-    """
-
-    def __init__(self, side: SideChannels, kinds: Collection[str]) -> None:
-        self.side = side
-        self.rank, self.world_size = side.rank, side.world_size
-        self.kinds = frozenset(kinds)
-        self._queues: dict[tuple[int, str | None], deque[Any]] = {}
-        self._held: dict[int, list[Any]] = {}
-
-    def send(self, peer: int, msg: Any, timeout: float | None = None) -> None:
-        """``side.send`` of ``msg``, after what is held for ``peer`` (in the same write)."""
-        held = self._held.pop(peer, None)
-        self.side.send(peer, (_BUNDLE, [*held, msg]) if held else msg, timeout)
-
-    def hold(self, peer: int, msg: Any) -> None:
-        """Send ``msg`` to ``peer`` with the next message to it (see class doc)."""
-        self._held.setdefault(peer, []).append(msg)
-
-    def flush(self, timeout: float | None = None) -> None:
-        """Send whatever is held."""
-        while self._held:
-            peer, held = self._held.popitem()
-            self.side.send(peer, held[0] if len(held) == 1 else (_BUNDLE, held), timeout)
-
-    def recv(self, peer: int, timeout: float | None = None,
-             poll: Callable[[], None] | None = None) -> Any:
-        """The next protocol message from ``peer`` (``SideChannels.recv``)."""
-        return self.recv_kind(peer, None, timeout, poll)
-
-    def recv_kind(self, peer: int, kind: str | None, timeout: float | None = None,
-                  poll: Callable[[], None] | None = None) -> Any:
-        """The next message of ``kind`` from ``peer`` (None: the protocol's).
-
-        Raises:
-            ChannelTimeoutError: none within ``timeout`` s. ChannelClosedError: poisoned.
-        """
-        key = (peer, kind)
-        q = self._queues.get(key)
-        if q:
-            return q.popleft()
-        if self._held:
-            self.flush(timeout)  # a peer may need them before it can send what we wait for
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            msg = self.side.recv(peer, left, poll)
-            bundle = type(msg) is tuple and len(msg) == 2 and msg[0] == _BUNDLE
-            for m in msg[1] if bundle else (msg,):
-                got = (m[0] if type(m) is tuple and m and type(m[0]) is str
-                       and m[0] in self.kinds else None)
-                self._queues.setdefault((peer, got), deque()).append(m)
-            q = self._queues.get(key)
-            if q:
-                return q.popleft()
-
-    def poison(self) -> None:
-        """``side.poison``."""
-        self.side.poison()
-
-    def close(self, linger: float = 2.0) -> None:
-        """``side.close``; drops what was queued or held."""
-        self._queues.clear()
-        self._held.clear()
-        self.side.close(linger)
 
 
 def exchange(side: SideChannels, msg: Any, timeout: float | None = None,

@@ -84,6 +84,7 @@ class Header(NamedTuple):
         metas: one ``TensorMeta`` per device tensor, in placeholder order.
         skeleton: pickled value with placeholders; None when the value is ``tensors[0]``.
         error: the ``ErrorValue`` when ``status`` is error.
+        ext: transport fields (CUDA IPC: slot, offsets, buffer generation).
     """
 
     tag: str
@@ -91,6 +92,7 @@ class Header(NamedTuple):
     metas: tuple[TensorMeta, ...]
     skeleton: bytes | None
     error: ErrorValue | None = None
+    ext: Any = None
 
 
 def is_cuda_tensor(obj: Any) -> bool:
@@ -225,8 +227,8 @@ def rebuild_value(skeleton: bytes | None, tensors: Sequence[Any]) -> Any:
     return _Rebuilder(io.BytesIO(skeleton), tensors).load()
 
 
-def make_header(value: Any, tag: str = "p2p",
-                is_device: Callable[[Any], bool] | None = None) -> tuple[Header, list[Any]]:
+def make_header(value: Any, tag: str = "p2p", is_device: Callable[[Any], bool] | None = None,
+                ext: Any = None) -> tuple[Header, list[Any]]:
     """The header and device tensors for ``value`` (an ``ErrorValue`` gives an error header).
 
     The tensors are returned as given (possibly non-contiguous or with ``requires_grad``);
@@ -236,15 +238,15 @@ def make_header(value: Any, tag: str = "p2p",
         pickle.PicklingError, TypeError: ``value`` cannot be pickled.
     """
     if type(value) is ErrorValue:
-        return error_header(value, tag), []
+        return error_header(value, tag, ext), []
     skeleton, tensors = split_value(value, is_device)
-    return Header(tag, STATUS_OK, tuple(tensor_meta(t) for t in tensors), skeleton,
-                  None), tensors
+    return Header(tag, STATUS_OK, tuple(tensor_meta(t) for t in tensors), skeleton, None,
+                  ext), tensors
 
 
-def error_header(err: ErrorValue, tag: str = "p2p") -> Header:
+def error_header(err: ErrorValue, tag: str = "p2p", ext: Any = None) -> Header:
     """A header that carries ``err`` in place of a value (no tensor follows)."""
-    return Header(tag, STATUS_ERROR, (), None, err)
+    return Header(tag, STATUS_ERROR, (), None, err, ext)
 
 
 def open_header(header: Header, tensors: Sequence[Any]) -> Any:

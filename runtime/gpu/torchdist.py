@@ -32,7 +32,7 @@ from cgc.runtime.channels.collective import ReduceOp, scatter_part
 
 from .nccl import nccl_dtype
 from .protocol import DeviceCommunicator, DeviceTransport
-from .sidechannel import SideChannels, SideFactory, open_side
+from .sidechannel import ShmSideChannels, SideChannels, SideFactory
 from .streams import NullStreams, actor_streams
 from .tensors import TensorMeta, cpu_stand_in, is_cuda_tensor, torch_dtype
 
@@ -69,8 +69,7 @@ class TorchDistTransport(DeviceTransport):
         kw = {"device": self._device} if self._device is not None else {}
         return torch.empty(meta.shape, dtype=torch_dtype(meta.dtype), **kw)
 
-    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]], *,
-            timeout: float | None = None) -> None:
+    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
         dist = self._dist
         ops = [dist.P2POp(dist.isend, buf, self._global[peer], self.group)
                for buf, peer in sends]
@@ -82,13 +81,12 @@ class TorchDistTransport(DeviceTransport):
             for w in dist.batch_isend_irecv(ops):
                 w.wait()  # NCCL: the current (comm) stream waits, not the CPU
 
-    def allreduce(self, send: Any, recv: Any, op: ReduceOp, *,
-                  timeout: float | None = None) -> None:
+    def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
         with self.streams.comm_context():
             recv.copy_(send)
             self._dist.all_reduce(recv, op=self._ops[op], group=self.group)
 
-    def allgather(self, send: Any, recv: Any, *, timeout: float | None = None) -> None:
+    def allgather(self, send: Any, recv: Any) -> None:
         with self.streams.comm_context():
             try:
                 self._dist.all_gather_into_tensor(recv, send, group=self.group)
@@ -96,8 +94,7 @@ class TorchDistTransport(DeviceTransport):
                 self._dist.all_gather(list(recv.chunk(self.world_size)), send,
                                       group=self.group)
 
-    def reducescatter(self, send: Any, recv: Any, op: ReduceOp, *,
-                      timeout: float | None = None) -> None:
+    def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
         with self.streams.comm_context():
             if self.backend == "nccl":
                 self._dist.reduce_scatter_tensor(recv, send, op=self._ops[op], group=self.group)
@@ -147,7 +144,13 @@ class TorchDistCommunicator(DeviceCommunicator):
         if streams is None:
             streams = (actor_streams() if str(dist.get_backend(group)).lower() == "nccl"
                        else NullStreams())
-        name = name or f"torch.distributed communicator (rank {rank} of {world})"
-        side = open_side(side, side_factory, prefix, rank, world, name)
+        if side is None:
+            if side_factory is not None:
+                side = side_factory(rank, world)
+            elif prefix is not None:
+                side = ShmSideChannels(prefix, rank, world)
+            else:
+                raise ValueError("TorchDistCommunicator: pass prefix, side or side_factory")
         super().__init__(TorchDistTransport(group, streams, is_device), side, streams,
-                         name=name, timeout=timeout)
+                         name=name or f"torch.distributed communicator (rank {rank} of {world})",
+                         timeout=timeout)

@@ -13,13 +13,13 @@ import multiprocessing as mp
 import os
 import pickle
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from gpu_ranks import ended_by, run_ranks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +30,8 @@ from cgc.runtime.channels import (
     ChannelTimeoutError,
     CpuCommunicator,
     ErrorValue,
+    cleanup_segments,
+    list_segments,
 )
 from cgc.runtime.channels.collective import CollectiveShapeError
 from cgc.runtime.errors import SetupError
@@ -54,6 +56,39 @@ from cgc.runtime.gpu.tensors import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def prefix():
+    """A unique segment-name prefix; the test fails if anything is left under it."""
+    p = f"cgc-test-gpu-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+    yield p
+    left = list_segments(p)
+    cleanup_segments(p)
+    assert left == [], f"leaked segments: {left}"
+
+
+def run_ranks(*fns: Any, timeout: float = 60.0) -> list[Any]:
+    """Run one function per rank in threads; return results (exceptions re-raised)."""
+    out: list[Any] = [None] * len(fns)
+    errs: list[BaseException | None] = [None] * len(fns)
+
+    def wrap(i: int) -> None:
+        try:
+            out[i] = fns[i]()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errs[i] = exc
+
+    ts = [threading.Thread(target=wrap, args=(i,), daemon=True) for i in range(len(fns))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+        assert not t.is_alive(), "a rank hung"
+    for e in errs:
+        if e is not None:
+            raise e
+    return out
 
 
 # ----------------------------------------------------------------------------- headers
@@ -272,9 +307,9 @@ def test_static_receive_is_posted_before_the_header_is_read(prefix):
     log: list[str] = []
     real_p2p, real_recv = c1.transport.p2p, c1.side.recv
 
-    def p2p(sends, recvs, **kw):
+    def p2p(sends, recvs):
         log.append("posted" if recvs else "send")
-        return real_p2p(sends, recvs, **kw)
+        return real_p2p(sends, recvs)
 
     def side_recv(peer, timeout=None, poll=None):
         msg = real_recv(peer, timeout, poll)
@@ -495,14 +530,14 @@ def test_ipc_errors_static_checks_collectives_and_warm_up(prefix):
             got = [c.recv(0), c.recv(0, shape=(2,), dtype="float32")]
         return (got if r else None,
                 c.allreduce(torch.tensor([r + 1.0, 2.0]), "product"),
-                [t.tolist() for t in c.allgather(torch.tensor([r, 7]))],
+                c.allgather({"r": r}),
                 c.reducescatter(torch.arange(4) * (r + 1), "max"),
                 c.allreduce(err if r else torch.ones(1)))
 
     a, b = run_ranks(lambda: rank(c0, 0), lambda: rank(c1, 1))
     assert b[0][0].message == "up" and "static edge" in b[0][1].message
     assert a[1].tolist() == b[1].tolist() == [2.0, 4.0]
-    assert a[2] == b[2] == [[0, 7], [1, 7]]
+    assert a[2] == b[2] == [{"r": 0}, {"r": 1}]
     assert a[3].tolist() == [0, 2] and b[3].tolist() == [4, 6]
     assert a[4].message == b[4].message == "up"
     _destroy(c0, c1)
@@ -510,8 +545,19 @@ def test_ipc_errors_static_checks_collectives_and_warm_up(prefix):
 
 def test_ipc_abort_wakes_a_blocked_reader(prefix):
     c0, c1 = _ipc_pair(prefix)
-    # The writer side poisons the pair: its reader wakes up.
-    assert type(ended_by(lambda: c1.recv(0, timeout=None), c0.abort)) is ChannelClosedError
+    box: dict = {}
+
+    def blocked():
+        try:
+            c1.recv(0, timeout=None)
+        except ChannelClosedError as e:
+            box["e"] = e
+
+    t = threading.Thread(target=blocked, daemon=True)
+    t.start()
+    c0.abort()  # the writer side poisons the pair: its reader wakes up
+    t.join(30)
+    assert not t.is_alive() and "e" in box
     _destroy(c0, c1)
 
 
