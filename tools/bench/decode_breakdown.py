@@ -30,7 +30,7 @@ process), the hand-written pipe on plain Ray actors and cgc's 2-stage decode, in
 three times; medians and ratios.
 
 ``trace``: ``examples/llm_decode.py``'s 2-stage decode through cgc with ``trace=``, then
-per actor and op kind the count, mean and total of the spans, and the share of the wall
+per actor and op kind the count, median, p90, mean and total of the spans, and the share of the wall
 time each actor spent in no op (waiting in its loop), so compute (kernel launches), hand-offs
 and waits are separated.
 """
@@ -108,6 +108,7 @@ def side() -> None:
 
 
 _HDR = "<iiq"  # microbatch, position, payload bytes (a format: Ray ships this module by value)
+_HDR_BYTES = struct.calcsize(_HDR)
 PIPE_STEPS, PIPE_MB = 150, 2
 
 
@@ -127,7 +128,7 @@ def _send(fd: int, mb: int, pos: int, payload: bytes) -> None:
 
 
 def _recv(fd: int) -> tuple[int, int, bytes]:
-    mb, pos, n = struct.unpack(_HDR, _read_exact(fd, struct.calcsize(_HDR)))
+    mb, pos, n = struct.unpack(_HDR, _read_exact(fd, _HDR_BYTES))
     return mb, pos, _read_exact(fd, n)
 
 
@@ -223,7 +224,6 @@ def _floor_tokens() -> float:
     import torch
 
     torch.set_num_threads(1)  # as a Ray actor gets (OMP_NUM_THREADS=1)
-
     return BATCH * _time_steps(tinygpt.SIZES[SIZE]["n_layers"], PIPE_STEPS)
 
 
@@ -277,6 +277,8 @@ def _ray_init() -> float:
     """A local Ray whose workers can import the examples; returns the GPUs per actor."""
     import ray
 
+    # The workers import this module and the examples; keep the caller's path too (on the
+    # GPU machine Ray itself comes from it).
     path = [str(EXAMPLES), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
     if ray.is_initialized():  # a cgc run before this one left its local Ray
         ray.shutdown()
@@ -319,17 +321,24 @@ def pipe_ray() -> None:
     ray.shutdown()
 
 
-def _cgc_once(plan: Any, **start: Any) -> float:
-    """tokens/s of one fresh start of the 2-stage decode plan (8 tokens of warm-up)."""
+def _timed_decode(graph: Any) -> tuple[int, float]:
+    """Greedy decode of 2 microbatches on a started decode graph, after 8 tokens of warm-up:
+    (new tokens per sequence, seconds). The tokens fit the size's ``max_seq`` (prompt 32)."""
     import tinygpt
 
     ps = tinygpt.prompts(tinygpt.SIZES[SIZE], 2, BATCH, 32)
     tokens = min(TOKENS, tinygpt.SIZES[SIZE]["max_seq"] - 40)
+    tinygpt.generate(graph.execute, lambda r: r.get(), ps, 8)
+    t0 = time.perf_counter()
+    tinygpt.generate(graph.execute, lambda r: r.get(), ps, tokens)
+    return tokens, time.perf_counter() - t0
+
+
+def _cgc_once(plan: Any, **start: Any) -> float:
+    """tokens/s of one fresh start of the 2-stage decode plan."""
     with plan.start(**start) as g:
-        tinygpt.generate(g.execute, lambda r: r.get(), ps, 8)
-        t0 = time.perf_counter()
-        tinygpt.generate(g.execute, lambda r: r.get(), ps, tokens)
-        return 2 * BATCH * tokens / (time.perf_counter() - t0)
+        tokens, dt = _timed_decode(g)
+    return 2 * BATCH * tokens / dt
 
 
 def _decode_plan() -> Any:
@@ -470,12 +479,7 @@ def actor() -> None:
     n = tinygpt.SIZES[SIZE]["n_layers"]
     print(f"whole model, batch {BATCH}, {STEPS} steps, .cpu() after each")
     print(f"| plain process, main thread | {_time_steps(n, STEPS):,.0f} steps/s |", flush=True)
-    # The workers import this module and the examples; keep the caller's path too (on the
-    # GPU machine Ray itself comes from it).
-    path = [str(EXAMPLES), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
-    ray.init(log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in path if p)}})
-    gpus = 0.3 if ray.cluster_resources().get("GPU") else 0
+    gpus = _ray_init()
     timer = ray.remote(num_gpus=gpus)(_Timer).remote()
     for in_thread in (False, True, False):
         rate = ray.get(timer.steps.remote(in_thread))
@@ -490,19 +494,12 @@ def actor() -> None:
 
 
 def _traced(label: str, dag: object) -> None:
-    import tinygpt
-
     import cgc
 
-    ps = tinygpt.prompts(tinygpt.SIZES[SIZE], 2, BATCH, 32)
-    tokens = min(TOKENS, tinygpt.SIZES[SIZE]["max_seq"] - 40)
     with tempfile.TemporaryDirectory() as d:
         path = str(Path(d) / "run.json")
         with cgc.compile(dag, name="decode").start(trace=path) as g:
-            tinygpt.generate(g.execute, lambda r: r.get(), ps, 8)  # warm-up
-            t0 = time.perf_counter()
-            tinygpt.generate(g.execute, lambda r: r.get(), ps, tokens)
-            dt = time.perf_counter() - t0
+            tokens, dt = _timed_decode(g)
         print(f"\n{label}: 2 x {BATCH} sequences x {tokens} tokens in {dt:.3f} s "
               f"({2 * BATCH * tokens / dt:,.0f} tokens/s with tracing on)")
         _summary(path)
