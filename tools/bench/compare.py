@@ -23,6 +23,9 @@ Rows:
   per round.
 * ``echo_ray``: the same echo beside Ray Compiled Graph in one process
   (``--systems ray_cgraph,cgc``): each side's cgc ÷ Ray CG.
+* ``hop`` / ``hop_reader``: the CPU share of a 16 KiB CUDA IPC hop, ``hop_breakdown.py
+  --device cpu`` (the communicator over ``ShmIpcDevice``; p50 of 1000): the whole hop, and
+  the reader's receive path alone (header read -> ``recv`` returned).
 
 The temporary worktree and venv are removed at the end.
 """
@@ -48,7 +51,7 @@ from bench_compile import ray_model_source
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "tools" / "bench"
-ROWS = ("compile", "echo", "echo_ray")
+ROWS = ("compile", "echo", "echo_ray", "hop", "hop_reader")
 COMPILES_PER_ROUND = 3
 ECHO_CASE = "echo, int"
 
@@ -172,6 +175,17 @@ def echo_results(side: Side, systems: str, tmp: Path) -> dict[str, float]:
     return {s: float(r["p50_us"][0]) for s, r in per.items()}
 
 
+def hop_results(side: Side, tmp: Path) -> dict[str, float]:
+    """Medians (µs) of ``hop_breakdown.py --device cpu`` at 16 KiB, from one process."""
+    out = tmp / f"{side.name}-hop.json"
+    _run(
+        [side.python, str(BENCH / "hop_breakdown.py"), "--device", "cpu", "--sizes", "16384",
+         "--iters", "1000", "--json", str(out)],
+        cwd=tmp, env=side.env, timeout=600,
+    )
+    return json.loads(out.read_text())["rounds"][0]["16384"]
+
+
 def measures(rows: list[str], tmp: Path) -> list[tuple[Row, Callable[[Side], float]]]:
     """(row, one measurement of a side) for each line of the table, in order."""
     out: list[tuple[Row, Callable[[Side], float]]] = []
@@ -190,6 +204,10 @@ def measures(rows: list[str], tmp: Path) -> list[tuple[Row, Callable[[Side], flo
             r = echo_results(s, "ray_cgraph,cgc", tmp)
             return r["cgc"] / r["ray_cgraph"]
         out.append((Row("echo beside Ray CG in one process: cgc ÷ Ray CG p50", "×"), vs_ray))
+    for key, col in (("hop", "hop"), ("hop_reader", "reader")):
+        if key in rows:
+            out.append((Row(f"CUDA IPC hop on CPU (ShmIpcDevice), 16 KiB: {col}, p50", "µs"),
+                        lambda s, c=col: hop_results(s, tmp)[c]))
     return out
 
 
