@@ -11,7 +11,8 @@ the code measured):
 
 - ``send``: the writer's ``send`` call (slot copy queued, notice and header written);
 - ``arrival``: the writer's ``send`` returned -> the reader's side-channel read of the
-  header returned (ring wake-up, unpickling);
+  header returned (ring wake-up, unpickling; below 0 when the reader has the header before
+  the writer's ``send`` returns);
 - ``reader``: header read -> the reader's ``recv`` returned (the Python of the receive
   path: allocation, stream waits, the copy queued, the acknowledgement written);
 - ``device``: ``recv`` returned -> the reader's compute stream finished (the copy itself
