@@ -159,7 +159,8 @@ class LoopSetup(LoopState):
             transport, rank=list(comm.members).index(self.actor), world_size=len(comm.members),
             prefix=communicator_prefix(self.prefix, comm.id), streams=self.streams,
             unique_id=uid, slot_bytes=max([*sizes, self.slot_bytes, 1 << 20]),
-            init_timeout=timeout, name=f"communicator {comm.id} of {self.plan.name}")
+            init_timeout=timeout, name=f"communicator {comm.id} of {self.plan.name}",
+            spin_us=self.spin_us)
 
     def warm(self, timeout: float) -> None:
         """Send one PING through every host edge this actor touches; warm each communicator

@@ -5,9 +5,12 @@ Names (all under the group ``prefix``, which the caller makes unguessable - see
 writes and attaches to its peers' rings by name on first use, and the rings refuse any
 name they did not create - see ``shm``):
 
-- ``<prefix>p<i>-<j>``: 1-slot data ring, rank i → rank j (created by i);
-- ``<prefix>a<i>-<j>``: 1-slot acknowledgement ring, j → i (created by j): ``send`` returns
-  only after the receiver acknowledged, which is NCCL's rendezvous;
+- ``<prefix>p<i>-<j>``: 1-slot data ring, rank i → rank j (created by i). ``send`` returns
+  only after rank j's ``recv`` took the value, which is NCCL's rendezvous (the blocking
+  semantics the verifier proves plans against: a schedule that would deadlock on NCCL
+  blocks here too). The acknowledgement is j's read cursor on that ring, stored after the
+  value is decoded (``ShmRingWriter.wait_taken``): no message travels back, so a hop costs
+  one ring write and one read, and at most one wake-up each way;
 - ``<prefix>c<r>``: rank r's collective ring, read by all other ranks. Each rank writes its
   contribution once and reduces all contributions locally in rank order, so every rank
   gets a bit-identical result. A tag (op, call number) catches mismatched call orders.
@@ -57,10 +60,10 @@ class CpuCommunicator(ExchangingCommunicator):
         mk = ShmRingWriter.create
         self._data_out = {p: mk(f"{prefix}p{rank}-{p}", 1, slot_bytes, 1, spin_us)
                           for p in self._peers}
-        self._ack_out = {p: mk(f"{prefix}a{p}-{rank}", 1, 64, 1, spin_us) for p in self._peers}
         self._coll_out = (mk(f"{prefix}c{rank}", 1, slot_bytes, world_size - 1, spin_us)
                           if world_size > 1 else None)
         self._readers: dict[str, ShmRingReader] = {}
+        self._data_in: dict[int, ShmRingReader] = {}  # peer -> its data ring to us
         self._attached: set[int] = set()
         self._ncoll = 0
 
@@ -69,8 +72,7 @@ class CpuCommunicator(ExchangingCommunicator):
         # us after reading what we write, so p's destroy() never unlinks a ring we have yet
         # to map (and destroy's linger covers values p wrote that we have yet to read).
         pre, r = self.prefix, self.rank
-        for name, idx in ((f"{pre}p{p}-{r}", 0), (f"{pre}a{r}-{p}", 0),
-                          (f"{pre}c{p}", r if r < p else r - 1)):
+        for name, idx in ((f"{pre}p{p}-{r}", 0), (f"{pre}c{p}", r if r < p else r - 1)):
             self._readers[name] = ShmRingReader.attach(name, idx, self._spin,
                                                        self._attach_timeout)
         self._attached.add(p)
@@ -93,11 +95,12 @@ class CpuCommunicator(ExchangingCommunicator):
             ChannelTimeoutError, ChannelClosedError (PeerDiedError: the peer's process
             died while this call waited), ValueError (bad peer).
         """
-        self._check_peer(peer)
         if peer not in self._attached:
+            self._check_peer(peer)
             self._attach_peer(peer)  # before writing: see _attach_peer
-        self._data_out[peer].write(value, timeout)
-        self._reader(f"{self.prefix}a{self.rank}-{peer}", peer).read(timeout)
+        w = self._data_out[peer]
+        w.write(value, timeout)
+        w.wait_taken(timeout)  # each of the two waits gets ``timeout``, as before
 
     def recv(self, peer: int, shape: Any = None, dtype: Any = None,
              timeout: float | None = None) -> Any:
@@ -108,10 +111,11 @@ class CpuCommunicator(ExchangingCommunicator):
             ChannelTimeoutError, ChannelClosedError (PeerDiedError: the peer's process
             died while this call waited), ValueError (bad peer).
         """
-        self._check_peer(peer)
-        v = self._reader(f"{self.prefix}p{peer}-{self.rank}", peer).read(timeout)
-        self._ack_out[peer].write(None, timeout)
-        return v
+        r = self._data_in.get(peer)
+        if r is None:
+            self._check_peer(peer)
+            r = self._data_in[peer] = self._reader(f"{self.prefix}p{peer}-{self.rank}", peer)
+        return r.read(timeout)  # its cursor store releases the peer's send
 
     def _exchange(self, tag: str, value: Any, timeout: float | None) -> list[Any]:
         self._ncoll += 1
@@ -154,14 +158,22 @@ class CpuCommunicator(ExchangingCommunicator):
         self.destroy()
 
     def destroy(self, linger: float = 2.0) -> None:
-        """Close every ring this rank owns (peers blocked on it raise ChannelClosedError).
+        """Close every ring this rank owns and the data rings it receives on: a peer
+        blocked on one of them (in ``recv`` from us, or in ``send`` to us waiting for a
+        ``recv`` that will never come) raises ChannelClosedError; a peer whose value we
+        took before closing still returns normally.
 
         Waits up to ``linger`` s for peers to take values still in flight (e.g. this rank's
         part of the last collective), so finishing first never breaks a slower peer.
         """
-        for w in [*self._data_out.values(), *self._ack_out.values(), self._coll_out]:
+        for w in [*self._data_out.values(), self._coll_out]:
             if w is not None:
                 w.close(linger=linger)
-        for r in self._readers.values():
-            r.detach()
+        data_in = f"{self.prefix}p"
+        for name, r in self._readers.items():
+            if name.startswith(data_in):
+                r.close()  # its cursor is the peer's acknowledgement: wake its sender
+            else:
+                r.detach()
         self._readers.clear()
+        self._data_in.clear()

@@ -217,6 +217,28 @@ class ShmRingWriter(RingEndpoint):
         if kept_any:
             self._pool.let_go()  # the previous pass-through's holds, off the next write's path
 
+    def wait_taken(self, timeout: float | None = None) -> None:
+        """Block until every reader consumed every value written so far (the reader's
+        cursor store after its decode is the acknowledgement: no message travels back).
+
+        Example: ``w.write(v); w.wait_taken(5.0)`` - a rendezvous write.
+
+        Raises:
+            ChannelTimeoutError: a reader is still behind after ``timeout`` s (None: wait
+                forever).
+            ChannelClosedError: the channel was closed here, or closed / poisoned by any
+                side while a value was still unread (one read before the close counts).
+            PeerDiedError: a reader this waits for died.
+        """
+        if self._seg is None:
+            raise ChannelClosedError(f"channel {self.name} was closed here")
+        q = self._q
+        seq = q[_WSEQ_Q]
+        for i, ri in enumerate(self._rseqs):
+            if q[ri] < seq:
+                self._wait(lambda ri=ri: q[ri] >= seq, ri * 8, _H_WWAIT // 4, timeout,
+                           "wait for the reader to take the value", i)
+
     def _check_readers(self) -> None:
         for i in range(self.num_readers):
             self._check_peer(i)

@@ -21,7 +21,8 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
                              streams: Any = None, unique_id: bytes | None = None,
                              binding: str | None = None, slots: int = 2,
                              slot_bytes: int = 1 << 20, init_timeout: float = 60.0,
-                             timeout: float | None = None, name: str = "") -> Any:
+                             timeout: float | None = None, name: str = "",
+                             spin_us: float = 0.0) -> Any:
     """Open this member's end of a communicator bound to ``transport``
     ("nccl" | "cuda_ipc" | "host_staging" | "cpu"; see ``binding``; "cpu_protocol" is the
     test mode ``binding.DEVICE_PROTOCOL_ON_CPU_ENV`` turns on).
@@ -33,6 +34,9 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
         binding: "nccl" only: "ctypes" | "cupy" | "auto".
         slots, slot_bytes: "cuda_ipc" only: slots per pair and their initial size (e.g. the
             largest ``Channel.slot_bytes`` of the communicator's channels).
+        spin_us: "cpu" / "host_staging" only: the rings' spin before a futex sleep (the
+            plan's ``spin_us``, as its host channels get: on this VM a sleeping peer costs
+            its waker a ~50-80 µs wake-up, twice per rendezvous hop).
 
     Raises:
         SetupError: unknown transport, a missing unique id, or the transport's own set-up
@@ -59,7 +63,8 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
     if transport in ("host_staging", "cpu"):
         from cgc.runtime.channels.cpu_comm import CpuCommunicator
 
-        inner = CpuCommunicator(prefix, rank, world_size, attach_timeout=init_timeout)
+        inner = CpuCommunicator(prefix, rank, world_size, attach_timeout=init_timeout,
+                                spin_us=spin_us)
         if transport == "cpu":
             return inner
         from .staging import HostStagingCommunicator
