@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -26,6 +27,18 @@ def cgc_config_dir(tmp_path_factory):
         os.environ.pop("CGC_CONFIG_DIR", None)
     else:
         os.environ["CGC_CONFIG_DIR"] = old
+
+
+@pytest.fixture
+def prefix():
+    """A unique shared-memory name prefix; the test fails if segments are left under it."""
+    from cgc.runtime.channels import cleanup_segments, list_segments
+
+    p = f"cgc-test-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+    yield p
+    left = list_segments(p)
+    cleanup_segments(p)
+    assert left == [], f"leaked segments: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -63,8 +63,8 @@ from cgc.runtime.channels.comm import ExchangingCommunicator, first_error
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
 
 from .ipc_devices import CudaIpcDevice, IpcDevice, ShmIpcDevice
-from .protocol import header_for
-from .sidechannel import ShmSideChannels, SideChannels, SideFactory
+from .protocol import comm_ready, header_for
+from .sidechannel import SideChannels, SideFactory, open_side
 from .streams import actor_streams
 from .tensors import STATUS_ERROR, Header, is_cuda_tensor, open_header, static_meta, torch_dtype
 
@@ -126,14 +126,8 @@ class CudaIpcCommunicator(ExchangingCommunicator):
                  streams: Any = None, device: IpcDevice | None = None, slots: int = 2,
                  slot_bytes: int = 1 << 20, timeout: float | None = None, name: str = "",
                  is_device: Callable[[Any], bool] | None = None) -> None:
-        if side is None:
-            if side_factory is not None:
-                side = side_factory(rank, world_size)
-            elif prefix is not None:
-                side = ShmSideChannels(prefix, rank, world_size)
-            else:
-                raise ValueError("CudaIpcCommunicator: pass prefix, side or side_factory")
-        self.side = side
+        self.side = open_side(side, side_factory, prefix, rank, world_size,
+                              "CudaIpcCommunicator")
         self.rank, self.world_size = rank, world_size
         self.streams = streams if streams is not None else actor_streams()
         if device is None:
@@ -273,13 +267,7 @@ class CudaIpcCommunicator(ExchangingCommunicator):
         if n >= self.slots:
             self._await_ack(o, peer, n - self.slots, timeout)
             dev.wait(stream, o.peer_events[k])  # type: ignore[index] # reader's copy is out
-        self.streams.comm_after_compute()
-        self.streams.mark_comm_use(tensors)
-        ready = []
-        with self.streams.comm_context():
-            for t in tensors:
-                t = t.detach()
-                ready.append(t if t.is_contiguous() else t.contiguous())
+        ready = comm_ready(self.streams, tensors)
         offsets, total = [], 0
         for t in ready:
             offsets.append(total)

@@ -34,7 +34,7 @@ from cgc.runtime.errors import SetupError
 
 from .nccl_lib import DTYPES, OPS, UINT8, NcclHandle, NcclLib, nccl_lib
 from .protocol import DeviceCommunicator, DeviceTransport
-from .sidechannel import ShmSideChannels, SideChannels, SideFactory, exchange
+from .sidechannel import SideChannels, SideFactory, exchange, open_side
 from .streams import actor_streams
 from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
 
@@ -173,14 +173,8 @@ class NcclCommunicator(DeviceCommunicator):
                  init_timeout: float = 60.0, timeout: float | None = None,
                  name: str = "") -> None:
         name = name or f"NCCL communicator (rank {rank} of {world_size})"
-        if side is None:
-            if side_factory is not None:
-                side = side_factory(rank, world_size)
-            elif prefix is not None:
-                side = ShmSideChannels(prefix, rank, world_size,
-                                       attach_timeout=max(init_timeout, 1.0))
-            else:
-                raise ValueError(f"{name}: pass prefix, side or side_factory")
+        side = open_side(side, side_factory, prefix, rank, world_size, name,
+                         attach_timeout=max(init_timeout, 1.0))
         deadline = time.monotonic() + init_timeout
         try:
             lib = nccl_lib(binding, blocking)

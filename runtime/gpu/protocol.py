@@ -60,7 +60,23 @@ from .tensors import (
     torch_dtype,
 )
 
-__all__ = ["DeviceTransport", "DeviceCommunicator", "collective_plan", "header_for"]
+__all__ = ["DeviceTransport", "DeviceCommunicator", "collective_plan", "comm_ready", "header_for"]
+
+
+def comm_ready(streams: Any, tensors: Sequence[Any]) -> list[Any]:
+    """``tensors`` contiguous and readable on ``streams``' comm stream (strided ones are
+    copied there), after the comm stream waited for the compute stream that produced them.
+
+    Example: ``ready = comm_ready(streams, [t])`` before a send's copies on the comm stream.
+    """
+    streams.comm_after_compute()
+    streams.mark_comm_use(tensors)
+    out = []
+    with streams.comm_context():
+        for t in tensors:
+            t = t.detach()
+            out.append(t if t.is_contiguous() else t.contiguous())
+    return out
 
 
 class DeviceTransport(abc.ABC):
@@ -250,16 +266,7 @@ class DeviceCommunicator(Communicator):
         return d
 
     def _ready(self, tensors: Sequence[Any]) -> list[Any]:
-        """``tensors`` contiguous and readable on the comm stream (strided ones are copied
-        there), after the comm stream waited for the compute stream that produced them."""
-        self.streams.comm_after_compute()
-        self.streams.mark_comm_use(tensors)
-        out = []
-        with self.streams.comm_context():
-            for t in tensors:
-                t = t.detach()
-                out.append(t if t.is_contiguous() else t.contiguous())
-        return out
+        return comm_ready(self.streams, tensors)
 
     def _alloc(self, metas: Sequence[TensorMeta]) -> list[Any]:
         # Why on the comm stream: the comm stream writes these first; allocating them from

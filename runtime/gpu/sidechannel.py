@@ -33,8 +33,8 @@ from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.channels.ring_reader import ShmRingReader
 from cgc.runtime.channels.ring_writer import ShmRingWriter
 
-__all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "exchange",
-           "attach_ring", "POLL_SLICE"]
+__all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "open_side",
+           "exchange", "attach_ring", "POLL_SLICE"]
 
 POLL_SLICE = 0.05  # seconds between health polls (NCCL async errors) while a read waits
 
@@ -182,6 +182,25 @@ def shm_side_factory(prefix: str, **kw: Any) -> SideFactory:
     def make(rank: int, world_size: int) -> SideChannels:
         return ShmSideChannels(prefix, rank, world_size, **kw)
     return make
+
+
+def open_side(side: SideChannels | None, side_factory: SideFactory | None, prefix: str | None,
+              rank: int, world_size: int, name: str, **shm_kw: Any) -> SideChannels:
+    """The side-channels a communicator's constructor was given: ``side`` itself, else
+    ``side_factory(rank, world_size)``, else ``ShmSideChannels(prefix, ..., **shm_kw)``.
+
+    Example: ``open_side(None, None, "cgc-x-", 0, 2, "g1")`` -> rank 0's shared-memory rings.
+
+    Raises:
+        ValueError: none of the three was given (the message starts with ``name``).
+    """
+    if side is not None:
+        return side
+    if side_factory is not None:
+        return side_factory(rank, world_size)
+    if prefix is not None:
+        return ShmSideChannels(prefix, rank, world_size, **shm_kw)
+    raise ValueError(f"{name}: pass prefix, side or side_factory")
 
 
 def exchange(side: SideChannels, msg: Any, timeout: float | None = None,

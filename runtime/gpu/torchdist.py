@@ -32,7 +32,7 @@ from cgc.runtime.channels.collective import ReduceOp, scatter_part
 
 from .nccl import nccl_dtype
 from .protocol import DeviceCommunicator, DeviceTransport
-from .sidechannel import ShmSideChannels, SideChannels, SideFactory
+from .sidechannel import SideChannels, SideFactory, open_side
 from .streams import NullStreams, actor_streams
 from .tensors import TensorMeta, cpu_stand_in, is_cuda_tensor, torch_dtype
 
@@ -144,13 +144,7 @@ class TorchDistCommunicator(DeviceCommunicator):
         if streams is None:
             streams = (actor_streams() if str(dist.get_backend(group)).lower() == "nccl"
                        else NullStreams())
-        if side is None:
-            if side_factory is not None:
-                side = side_factory(rank, world)
-            elif prefix is not None:
-                side = ShmSideChannels(prefix, rank, world)
-            else:
-                raise ValueError("TorchDistCommunicator: pass prefix, side or side_factory")
+        side = open_side(side, side_factory, prefix, rank, world, "TorchDistCommunicator")
         super().__init__(TorchDistTransport(group, streams, is_device), side, streams,
                          name=name or f"torch.distributed communicator (rank {rank} of {world})",
                          timeout=timeout)

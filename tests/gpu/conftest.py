@@ -51,18 +51,6 @@ def transport(request, monkeypatch):
 
 
 @pytest.fixture
-def prefix():
-    """A unique shared-memory name prefix; the test fails if segments are left under it."""
-    from cgc.runtime.channels import cleanup_segments, list_segments
-
-    p = f"cgc-gpu-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-    yield p
-    left = list_segments(p)
-    cleanup_segments(p)
-    assert left == [], f"leaked segments: {left}"
-
-
-@pytest.fixture
 def peers(ray_cluster, prefix):  # prefix first: its leak check runs after peers' destroy
     """``peers(n, fake_hosts=False, concurrency=1)`` -> n fresh ``Peer`` actors (killed after)."""
     import gpu_peers

@@ -13,7 +13,6 @@ import multiprocessing as mp
 import os
 import pickle
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,6 @@ from cgc.runtime.channels import (
     ChannelTimeoutError,
     CpuCommunicator,
     ErrorValue,
-    cleanup_segments,
-    list_segments,
 )
 from cgc.runtime.channels.collective import CollectiveShapeError
 from cgc.runtime.errors import SetupError
@@ -56,16 +53,6 @@ from cgc.runtime.gpu.tensors import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def prefix():
-    """A unique segment-name prefix; the test fails if anything is left under it."""
-    p = f"cgc-test-gpu-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-    yield p
-    left = list_segments(p)
-    cleanup_segments(p)
-    assert left == [], f"leaked segments: {left}"
 
 
 def run_ranks(*fns: Any, timeout: float = 60.0) -> list[Any]:

@@ -99,16 +99,21 @@ def _pct(ts: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] * 1e6
 
 
+def _start_peer() -> tuple[Any, str, Any, Any]:
+    """A fresh prefix, rank 1 (``_peer``) started in a process, and rank 0's communicator."""
+    ctx = mp.get_context("spawn")
+    prefix = f"cgc-bench-{secrets.token_hex(6)}-"
+    p = ctx.Process(target=_peer, args=(prefix, SPIN_US))
+    p.start()
+    return ctx, prefix, p, _comm(prefix, 0, SPIN_US)
+
+
 def hop(iters: int) -> None:
     import torch
 
     from cgc.runtime.channels import ShmRingReader, ShmRingWriter, cleanup_segments
 
-    ctx = mp.get_context("spawn")
-    prefix = f"cgc-bench-{secrets.token_hex(6)}-"
-    p = ctx.Process(target=_peer, args=(prefix, SPIN_US))
-    p.start()
-    c = _comm(prefix, 0, SPIN_US)
+    ctx, prefix, p, c = _start_peer()
     print("| payload | stream us/value | rtt p50 us | rtt p99 us | CPU us/rtt (both ranks) "
           "| ring rtt p50 us |")
     print("|---|---|---|---|---|---|")
@@ -169,11 +174,7 @@ def profile(iters: int) -> None:
 
     from cgc.runtime.channels import cleanup_segments
 
-    ctx = mp.get_context("spawn")
-    prefix = f"cgc-bench-{secrets.token_hex(6)}-"
-    p = ctx.Process(target=_peer, args=(prefix, SPIN_US))
-    p.start()
-    c = _comm(prefix, 0, SPIN_US)
+    _, prefix, p, c = _start_peer()
     t = torch.ones(SIZES["2KiB"], dtype=torch.float32)
     try:
         c.send((0, 100), 1)  # warm-up
