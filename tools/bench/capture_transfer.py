@@ -118,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--matmuls", type=int, default=4)
-    ap.add_argument("--job-timeout", type=float, default=90.0)
+    ap.add_argument("--job-timeout", type=float, default=60.0)
     ap.add_argument("--json", default="", help="write every sample here")
     a = ap.parse_args(argv)
     try:
@@ -660,6 +660,9 @@ def run(args: argparse.Namespace) -> dict[tuple[str, int], Cell]:
                     except RuntimeError as exc:
                         cell.error = str(exc).strip()
                         print(f"  {v} {fmt_size(size)} {mode}: FAILED\n{cell.error}")
+                        for s in args.size_list:  # a failure (often a hang) costs a restart:
+                            if s > size:          # the larger sizes of it are not tried
+                                cells[(v, s)].skip = f"failed at {fmt_size(size)}"
                         pair.stop(kill=True)
                         pair.start()
                         continue
