@@ -255,7 +255,7 @@ class Side:
         from capture_transfer_devices import make_device
 
         self.torch, self.rank, self.peer, self.o = torch, rank, peer, opts
-        self.dev = make_device(opts["device"], opts["prefix"] + f"r{rank}-")
+        self.dev = make_device(opts["device"], opts["prefix"], rank)
         self.works: dict[int, Work] = {}
         self.compute_graphs: dict[int, tuple[Any, Any]] = {}
         self.steps: dict[tuple[str, int], Any] = {}
@@ -531,8 +531,7 @@ def _worker(rank: int, ctl: Any, peer: Any, opts: dict[str, Any]) -> None:
             ctl.send(("ok", side.job(*msg[1:])))
         except Exception:  # noqa: BLE001 - reported to the driver; it restarts the pair
             ctl.send(("err", traceback.format_exc(limit=6)))
-    if hasattr(side.dev, "release"):
-        side.dev.release()
+    side.dev.release()
 
 
 # --------------------------------------------------------------------------- driver

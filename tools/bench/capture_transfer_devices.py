@@ -1,16 +1,17 @@
 """The device calls of ``capture_transfer.py``: one GPU (CUDA IPC, interprocess events, stream
 memory operations, CUDA graphs) or, for runs without a GPU, the CPU.
 
-``CudaDevice`` exports ``cudaMalloc``'d buffers with ``cudaIpcGetMemHandle`` and copies with
-``cudaMemcpyAsync`` (through ``cupy.cuda.runtime``, as cgc's IPC communicator does), and
+``CudaDevice`` exports ``cudaMalloc``'d buffers and interprocess events and copies through
+cgc's own ``CudaIpcDevice`` (what the IPC communicator uses), and
 orders across processes either with interprocess events or with the driver's
 ``cuStreamWaitValue32_v2`` / ``cuStreamWriteValue32_v2`` (``StreamMemOps``, ctypes on
 ``libcuda.so.1``) on a flag word in exported device memory. Everything is queued on the
 process's one stream, so it can be captured into a ``torch.cuda.CUDAGraph``.
 
-``CpuDevice`` keeps the same interface for runs without a GPU: buffers are shared-memory
-segments named by their handles, copies are synchronous ``memmove``, events do nothing,
-a flag wait spins on the host, and "capture" returns the function itself.
+``CpuDevice`` keeps the same interface for runs without a GPU over cgc's ``ShmIpcDevice``
+(buffers are shared-memory segments named by their handles, copies are synchronous,
+events do nothing); a flag wait spins on the host, and "capture" returns the function
+itself.
 
 Example::
 
@@ -100,7 +101,10 @@ class StreamMemOps:
 
 
 class CudaDevice:
-    """One process's view of GPU 0: its stream, exportable buffers, events, flags, graphs."""
+    """One process's view of GPU 0: its stream, exportable buffers, events, flags, graphs.
+
+    The IPC calls are cgc's own (``cgc.runtime.gpu.ipc_devices.CudaIpcDevice``), queued on
+    the current stream (inside a capture that is the capture's stream)."""
 
     kind = "cuda"
 
@@ -108,13 +112,15 @@ class CudaDevice:
         import torch
         from cupy.cuda import runtime
 
+        from cgc.runtime.gpu.ipc_devices import CudaIpcDevice
+
         self.torch, self.rt = torch, runtime
         torch.cuda.set_device(0)
         runtime.setDevice(0)
         torch.zeros(1, device="cuda")  # the primary context is current from here on
         self.stream = torch.cuda.Stream()
         self.memops = StreamMemOps()
-        self._ev_flags = runtime.eventDisableTiming | runtime.eventInterprocess
+        self.ipc = CudaIpcDevice(0)
 
     def info(self) -> dict[str, Any]:
         m = self.memops
@@ -133,29 +139,28 @@ class CudaDevice:
         return self.torch.cuda.current_stream().cuda_stream
 
     def alloc(self, nbytes: int) -> tuple[int, bytes]:
-        # cudaMalloc, outside torch's caching allocator: a handle names a whole allocation
-        ptr = self.rt.malloc(nbytes)
-        self.rt.memset(ptr, 0, nbytes)
-        return ptr, bytes(self.rt.ipcGetMemHandle(ptr))
+        ptr, handle = self.ipc.alloc(nbytes)
+        self.rt.memset(ptr, 0, nbytes)  # flags start FREE (0)
+        return ptr, bytes(handle)
 
     def open(self, handle: bytes) -> int:
-        return self.rt.ipcOpenMemHandle(handle)
+        return self.ipc.open(handle)
 
     def new_event(self) -> tuple[Any, bytes]:
-        ev = self.rt.eventCreateWithFlags(self._ev_flags)
-        return ev, bytes(self.rt.ipcGetEventHandle(ev))
+        ev, handle = self.ipc.new_event()
+        return ev, bytes(handle)
 
     def open_event(self, handle: bytes) -> Any:
-        return self.rt.ipcOpenEventHandle(handle)
+        return self.ipc.open_event(handle)
 
     def record(self, ev: Any) -> None:
-        self.rt.eventRecord(ev, self._s())
+        self.ipc.record(ev, self._s())
 
     def wait_event(self, ev: Any) -> None:
-        self.rt.streamWaitEvent(self._s(), ev, 0)
+        self.ipc.wait(self._s(), ev)
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
-        self.rt.memcpyAsync(dst, src, nbytes, self.rt.memcpyDeviceToDevice, self._s())
+        self.ipc.copy(dst, src, nbytes, self._s())
 
     def flag_wait(self, addr: int, value: int) -> None:
         self.memops.wait_eq(self._s(), addr, value)
@@ -185,17 +190,24 @@ class CudaDevice:
     def sync(self) -> None:
         self.torch.cuda.current_stream().synchronize()
 
+    def release(self) -> None:
+        """Nothing to do: the process's exit frees its CUDA memory and events."""
+
 
 class CpuDevice:
-    """``CudaDevice``'s interface on the host (see module doc); handles are segment names."""
+    """``CudaDevice``'s interface on the host (see module doc): cgc's ``ShmIpcDevice``
+    (segments named ``<prefix>m<rank>-<n>``, synchronous copies, no-op events) plus
+    host-spinning flags."""
 
     kind = "cpu"
 
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self._n = 0
-        self._segs: list[Any] = []
-        self._created: list[Any] = []
+    def __init__(self, prefix: str, rank: int) -> None:
+        from cgc.runtime.gpu.ipc_devices import ShmIpcDevice
+
+        self.ipc = ShmIpcDevice(prefix, rank)
+        self.alloc, self.open = self.ipc.alloc, self.ipc.open
+        self.new_event, self.open_event = self.ipc.new_event, self.ipc.open_event
+        self.release = self.ipc.release
 
     def info(self) -> dict[str, Any]:
         return {"device": "cpu (shared memory; copies synchronous, events no-ops, "
@@ -204,34 +216,6 @@ class CpuDevice:
     def tensor_device(self) -> str:
         return "cpu"
 
-    def _addr(self, seg: Any) -> int:
-        return ctypes.addressof(ctypes.c_char.from_buffer(seg.buf))
-
-    def alloc(self, nbytes: int) -> tuple[int, bytes]:
-        from multiprocessing import shared_memory
-
-        name = f"{self.prefix}{self._n}"
-        self._n += 1
-        seg = shared_memory.SharedMemory(name=name, create=True, size=nbytes)
-        self._segs.append(seg)
-        self._created.append(seg)
-        return self._addr(seg), name.encode()
-
-    def open(self, handle: bytes) -> int:
-        from multiprocessing import shared_memory
-
-        # Attaching registers the name with the resource tracker that spawn shares across
-        # the process tree (a set: no duplicate); the creator's unlink unregisters it.
-        seg = shared_memory.SharedMemory(name=handle.decode())
-        self._segs.append(seg)
-        return self._addr(seg)
-
-    def new_event(self) -> tuple[Any, bytes]:
-        return None, b""
-
-    def open_event(self, handle: bytes) -> Any:
-        return None
-
     def record(self, ev: Any) -> None:
         return None
 
@@ -239,7 +223,7 @@ class CpuDevice:
         return None
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
-        ctypes.memmove(dst, src, nbytes)
+        self.ipc.copy(dst, src, nbytes, 0)
 
     def flag_wait(self, addr: int, value: int, timeout: float = 60.0) -> None:
         word = ctypes.c_int32.from_address(addr)
@@ -260,23 +244,10 @@ class CpuDevice:
     def sync(self) -> None:
         return None
 
-    def release(self) -> None:
-        for seg in self._segs:
-            try:
-                seg.close()
-            except BufferError:  # a ctypes view still points into it; the OS unmaps at exit
-                pass
-        for seg in self._created:
-            try:
-                seg.unlink()
-            except FileNotFoundError:
-                pass
-        self._segs.clear()
-        self._created.clear()
 
-
-def make_device(kind: str, prefix: str) -> CudaDevice | CpuDevice:
-    """``CudaDevice()`` for "cuda", ``CpuDevice(prefix)`` for "cpu".
+def make_device(kind: str, prefix: str, rank: int) -> CudaDevice | CpuDevice:
+    """``CudaDevice()`` for "cuda", ``CpuDevice(prefix, rank)`` for "cpu" (both sides
+    pass the same ``prefix``: a handle opens only under it).
 
     Raises:
         ValueError: another kind.
@@ -284,5 +255,5 @@ def make_device(kind: str, prefix: str) -> CudaDevice | CpuDevice:
     if kind == "cuda":
         return CudaDevice()
     if kind == "cpu":
-        return CpuDevice(prefix)
+        return CpuDevice(prefix, rank)
     raise ValueError(f"device {kind!r}: use cuda or cpu")
