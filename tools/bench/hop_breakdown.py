@@ -96,7 +96,8 @@ class Hop:
 
             kw = {"device": ShmIpcDevice(prefix, rank),
                   "is_device": lambda x: isinstance(x, torch.Tensor)}
-        self.comm = CudaIpcCommunicator(rank, 2, side=self.side, streams=self.streams,
+        self.comm = CudaIpcCommunicator(rank, 2, prefix=prefix, side=self.side,
+                                        streams=self.streams,
                                         slots=2, slot_bytes=slot_bytes, timeout=120, **kw)
         warm_up(self.comm, [1 - rank], 120)
 
