@@ -35,7 +35,6 @@ Example (driver side; ``start()`` does this)::
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -46,10 +45,60 @@ __all__ = ["watch", "forget", "janitor_pid", "WAIT_S"]
 WAIT_S = 60.0  # longest wait for a dead driver's actors to die before the last pass
 _POLL_S = 0.2
 
-_proc: subprocess.Popen | None = None
+_proc: _Janitor | None = None
 _owner = 0  # the PID that started _proc (a forked child starts its own)
 _watched: dict[str, str] = {}  # prefix -> its "graph" line, re-sent to a restarted janitor
 _lock = threading.Lock()
+
+
+class _Janitor:
+    """The running janitor: its PID and the write end of its stdin pipe (a raw fd).
+
+    Why not ``subprocess.Popen``: the janitor is meant to outlive this interpreter's
+    teardown (it acts on the end of file the kernel gives it once this process is gone),
+    and a ``Popen`` still running at exit warns "subprocess ... is still running" (and its
+    pipe "unclosed file") - a false alarm in every test run and every user's ``-X dev``.
+    """
+
+    def __init__(self, seg_dir: str) -> None:
+        r, w = os.pipe()  # both non-inheritable (PEP 446): only the dup2 below reaches it
+        try:
+            null = os.devnull
+            self.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-S", "-E", os.path.abspath(__file__), seg_dir],
+                os.environ,
+                file_actions=[(os.POSIX_SPAWN_DUP2, r, 0),
+                              (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
+                              (os.POSIX_SPAWN_OPEN, 2, null, os.O_WRONLY, 0)],
+                setsid=True)  # its own session: a ^C in the driver's terminal spares it
+        except BaseException:
+            os.close(w)
+            raise
+        finally:
+            os.close(r)
+        self.fd = w
+
+    def alive(self) -> bool:
+        """False once the janitor exited (it is then reaped here)."""
+        try:
+            pid, _status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): gone
+            return False
+        return pid == 0
+
+    def send(self, data: bytes) -> None:
+        """Write all of ``data`` to the janitor's stdin (OSError: it is gone)."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def drop(self) -> None:
+        """Close our end of a dead janitor's pipe."""
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
 
 
 # ------------------------------------------------------------------ driver side
@@ -67,20 +116,17 @@ def _send(line: str) -> None:
     start stays the fallback). Called with ``_lock`` held."""
     global _proc, _owner
     try:
-        if _proc is None or _owner != os.getpid() or _proc.poll() is not None:
+        if _proc is None or _owner != os.getpid() or not _proc.alive():
             from .shm import segment_dir
 
-            _proc = subprocess.Popen(
-                [sys.executable, "-S", "-E", os.path.abspath(__file__), segment_dir()],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            if _proc is not None and _owner == os.getpid():
+                _proc.drop()
+            _proc = _Janitor(segment_dir())
             _owner = os.getpid()
             # A janitor that died (killed by hand?) is replaced; the new one learns every
             # graph still running (a line twice is harmless: the janitor keeps the last).
             line = "\n".join([*_watched.values(), line])
-        assert _proc.stdin is not None
-        _proc.stdin.write((line + "\n").encode())
-        _proc.stdin.flush()
+        _proc.send((line + "\n").encode())
     except (OSError, ValueError):
         pass  # no janitor here: the sweep at every start still removes what it leaves
 
@@ -130,6 +176,10 @@ def _unlink_under(dfd: int, prefixes: tuple[str, ...]) -> int:
 def _main(seg_dir: str) -> int:
     from procs import start_time  # type: ignore[import-not-found]  # run as a script
 
+    # Why: posix_spawn passes on every inheritable descriptor of the driver (a C library's
+    # socket or pipe end); holding one for the driver's whole life could keep someone
+    # else's end-of-file from coming. Only stdin (the driver's pipe) and stdout/stderr stay.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     graphs: dict[str, list[tuple[int, int | None]]] = {}
     for raw in sys.stdin.buffer:  # ends when the driver is gone, however it ended
         parts = raw.decode("ascii", "replace").split()
