@@ -68,6 +68,21 @@ def test_sizes_and_variants_are_parsed_and_checked():
             ct.parse_args(bad)
 
 
+def test_two_gpus_take_the_nccl_variants_only_and_divide_by_nccl_eager():
+    a = ct.parse_args(["--gpus", "2", "--sizes", "1M"])
+    assert a.variant_list == ["nccl-eager", "nccl-graph"] and a.baseline == "nccl-eager"
+    assert ct.parse_args([]).baseline == "ipc-eager"
+    for bad in (["--gpus", "2", "--variants", "ipc-eager,nccl-graph"],
+                ["--gpus", "2", "--device", "cpu"], ["--gpus", "3"]):
+        with pytest.raises(SystemExit):
+            ct.parse_args(bad)
+    cells = {("nccl-eager", 1024): ct.Cell([40.0], [20.0], 1),
+             ("nccl-graph", 1024): ct.Cell([30.0], [10.0], 1)}
+    rows = ct.table(cells, a.variant_list, [1024], a.baseline).splitlines()
+    assert "÷ nccl-eager" in rows[0]
+    assert rows[3].endswith("| 30.0 | 0.75 | 10.0 | 0.50 | yes |")
+
+
 def test_the_table_does_not_time_a_wrong_variant_and_divides_by_ipc_eager():
     cells = {("ipc-eager", 1024): ct.Cell([100.0, 300.0], [50.0], 2),
              ("ipc-memop-graph", 1024): ct.Cell([50.0], [25.0], 2),

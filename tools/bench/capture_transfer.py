@@ -3,7 +3,7 @@
     python tools/bench/capture_transfer.py [--device cuda|cpu] [--dry] [--sizes 16K,1M,16M]
         [--variants ipc-eager,ipc-memop-eager,ipc-memop-graph,ipc-memop-graph-nowait,
                     nccl-eager,nccl-graph] [--iters 300] [--nccl-iters 60] [--warmup 20]
-        [--rounds 2] [--slots 2] [--batch 4] [--matmuls 4] [--json PATH]
+        [--rounds 2] [--slots 2] [--batch 4] [--matmuls 4] [--gpus 1|2] [--json PATH]
 
 Two processes (``multiprocessing`` spawn, not Ray: the mechanism alone), W (stage 0) and R
 (stage 1), share GPU 0. A step is: W computes (``--matmuls`` products of a
@@ -30,9 +30,13 @@ Variants (same call, interleaved per round):
   host by a message W sends as it launches the step, and W's graph delays its copy by
   ~1 ms); it must come out wrong: the check catches a missing device order. Lockstep only.
 - ``nccl-eager`` / ``nccl-graph``: ncclSend/ncclRecv through cgc's ctypes binding
-  (``cgc.runtime.gpu.nccl_lib``), two ranks on the one GPU in cgc's fake-hosts test mode
-  (``binding.fake_host_env``: sockets; slow), the transfer eager or captured with the
-  compute.
+  (``cgc.runtime.gpu.nccl_lib``), the transfer eager or captured with the compute. With
+  ``--gpus 1`` (default) both ranks share GPU 0 in cgc's fake-hosts test mode
+  (``binding.fake_host_env``: sockets; slow, says nothing of NVLink); ``--gpus 2`` puts
+  rank r on GPU r with NCCL's own transport (NVLink/P2P) - the run that decides whether
+  NCCL transfers belong inside the runtime's captured regions. IPC variants share one GPU
+  by definition, so ``--gpus 2`` takes NCCL variants only; ``nccl-eager`` is then the
+  table's baseline.
 
 Two timings per variant and size: *lockstep* (W stamps, launches step n, waits for R's
 "done"; R runs step n, synchronizes, stamps, sends "done": per-step latency, p50) and
@@ -109,7 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--dry", action="store_true", help="no processes: model check + table")
     ap.add_argument("--sizes", default="16K,1M,16M")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default="",
+                    help="default: all (--gpus 1), the NCCL ones (--gpus 2)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--iters", type=int, default=300, help="timed steps per job (IPC)")
     ap.add_argument("--nccl-iters", type=int, default=60, help="timed steps per job (NCCL)")
@@ -119,16 +124,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--matmuls", type=int, default=4)
     ap.add_argument("--job-timeout", type=float, default=60.0)
+    ap.add_argument("--gpus", type=int, choices=(1, 2), default=1,
+                    help="2: rank r on GPU r, NCCL variants only (its real transport)")
     ap.add_argument("--json", default="", help="write every sample here")
     a = ap.parse_args(argv)
     try:
         a.size_list = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
     except ValueError as exc:
         ap.error(str(exc))
-    a.variant_list = [v.strip() for v in a.variants.split(",") if v.strip()]
+    nccl = [v for v in VARIANTS if v.startswith("nccl")]
+    default = VARIANTS if a.gpus == 1 else nccl
+    a.variant_list = [v.strip() for v in a.variants.split(",") if v.strip()] or list(default)
     bad = [v for v in a.variant_list if v not in VARIANTS]
     if bad:
         ap.error(f"unknown variant(s) {bad}; choose from {', '.join(VARIANTS)}")
+    if a.gpus == 2 and set(a.variant_list) - set(nccl):
+        ap.error(f"--gpus 2 runs {' and '.join(nccl)} only (IPC variants share one GPU)")
+    if a.gpus == 2 and a.device != "cuda":
+        ap.error("--gpus 2 needs --device cuda")
+    a.baseline = BASELINE if a.gpus == 1 else "nccl-eager"
     a.mode_list = [m.strip() for m in a.modes.split(",") if m.strip()]
     if any(m not in MODES for m in a.mode_list):
         ap.error(f"--modes: choose from {', '.join(MODES)}")
@@ -161,9 +175,11 @@ def _p50(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def table(cells: dict[tuple[str, int], Cell], variants: list[str], sizes: list[int]) -> str:
-    """The closing table: p50 lockstep µs/step, pipelined µs/step, both ÷ ``ipc-eager``
-    at the same size, and correctness; wrong or failed cells show no time.
+def table(cells: dict[tuple[str, int], Cell], variants: list[str], sizes: list[int],
+          baseline: str = BASELINE) -> str:
+    """The closing table: p50 lockstep µs/step, pipelined µs/step, both ÷ ``baseline``
+    (default ``ipc-eager``) at the same size, and correctness; wrong or failed cells show
+    no time.
 
     Example:
         >>> c = {("ipc-eager", 16): Cell([10.0, 12.0], [5.0], 1),
@@ -174,11 +190,11 @@ def table(cells: dict[tuple[str, int], Cell], variants: list[str], sizes: list[i
         | ipc-eager | 16 B | 11.0 | 1.00 | 5.0 | 1.00 | yes |
         | ipc-memop-graph | 16 B | 5.5 | 0.50 | 2.5 | 0.50 | yes |
     """
-    head = ("| variant | size | lockstep p50 µs | ÷ ipc-eager | pipelined µs/step | "
-            "÷ ipc-eager | correct |\n|---|---|---|---|---|---|---|")
+    head = (f"| variant | size | lockstep p50 µs | ÷ {baseline} | pipelined µs/step | "
+            f"÷ {baseline} | correct |\n|---|---|---|---|---|---|---|")
     rows = [head]
     for size in sizes:
-        base = cells.get((BASELINE, size))
+        base = cells.get((baseline, size))
         base_ok = base is not None and base.correct
         b_lat = _p50(base.lat_us) if base_ok else None
         b_pipe = _p50(base.pipe_us) if base_ok else None
@@ -255,7 +271,8 @@ class Side:
         from capture_transfer_devices import make_device
 
         self.torch, self.rank, self.peer, self.o = torch, rank, peer, opts
-        self.dev = make_device(opts["device"], opts["prefix"], rank)
+        self.gpu = rank if opts["gpus"] == 2 else 0
+        self.dev = make_device(opts["device"], opts["prefix"], rank, self.gpu)
         self.works: dict[int, Work] = {}
         self.compute_graphs: dict[int, tuple[Any, Any]] = {}
         self.steps: dict[tuple[str, int], Any] = {}
@@ -434,7 +451,8 @@ class Side:
                 self.peer.send(("uid", uid))
             else:
                 uid = self._recv("uid")[1]
-            h = lib.init(2, uid, self.rank, deadline=time.monotonic() + 120, device=0)
+            h = lib.init(2, uid, self.rank, deadline=time.monotonic() + 120,
+                         device=self.gpu)
             self.nccl = (lib, h)
         lib, h = self.nccl
         torch, peer = self.torch, 1 - self.rank
@@ -504,7 +522,7 @@ class Side:
 
 def _worker(rank: int, ctl: Any, peer: Any, opts: dict[str, Any]) -> None:
     """A W or R process: set the NCCL environment first, then serve the driver's jobs."""
-    if opts["nccl"]:
+    if opts["nccl"] and opts["gpus"] == 1:  # two ranks on one GPU: NCCL's test mode
         from cgc.runtime.gpu.binding import fake_host_env
 
         os.environ.update(fake_host_env(f"capxfer-{rank}"))
@@ -631,7 +649,8 @@ def run(args: argparse.Namespace) -> dict[tuple[str, int], Cell]:
     variants = [v for v in args.variant_list
                 if not (v.startswith("nccl") and args.device != "cuda")]
     opts = {"device": args.device, "slots": args.slots, "batch": args.batch,
-            "matmuls": args.matmuls, "nccl": any(v.startswith("nccl") for v in variants)}
+            "matmuls": args.matmuls, "nccl": any(v.startswith("nccl") for v in variants),
+            "gpus": args.gpus}
     cells = {(v, s): Cell() for s in args.size_list for v in args.variant_list}
     for v in args.variant_list:
         if v not in variants:
@@ -698,7 +717,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, int], Cell]:
         for w in c.wrong:
             print(f"{v} {fmt_size(s)}: WRONG {w}")
     print()
-    print(table(cells, args.variant_list, args.size_list))
+    print(table(cells, args.variant_list, args.size_list, args.baseline))
     return cells
 
 

@@ -101,30 +101,31 @@ class StreamMemOps:
 
 
 class CudaDevice:
-    """One process's view of GPU 0: its stream, exportable buffers, events, flags, graphs.
+    """One process's view of one GPU (``gpu``, default 0): its stream, exportable buffers,
+    events, flags, graphs.
 
     The IPC calls are cgc's own (``cgc.runtime.gpu.ipc_devices.CudaIpcDevice``), queued on
     the current stream (inside a capture that is the capture's stream)."""
 
     kind = "cuda"
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: int = 0) -> None:
         import torch
         from cupy.cuda import runtime
 
         from cgc.runtime.gpu.ipc_devices import CudaIpcDevice
 
-        self.torch, self.rt = torch, runtime
-        torch.cuda.set_device(0)
-        runtime.setDevice(0)
+        self.torch, self.rt, self.gpu = torch, runtime, gpu
+        torch.cuda.set_device(gpu)
+        runtime.setDevice(gpu)
         torch.zeros(1, device="cuda")  # the primary context is current from here on
         self.stream = torch.cuda.Stream()
         self.memops = StreamMemOps()
-        self.ipc = CudaIpcDevice(0)
+        self.ipc = CudaIpcDevice(gpu)
 
     def info(self) -> dict[str, Any]:
         m = self.memops
-        return {"gpu": self.torch.cuda.get_device_name(0), "torch": self.torch.__version__,
+        return {"gpu": self.torch.cuda.get_device_name(self.gpu), "torch": self.torch.__version__,
                 "driver": m.driver_version(),
                 "CAN_USE_STREAM_MEM_OPS(92)": m.attribute(
                     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1),
@@ -245,15 +246,15 @@ class CpuDevice:
         return None
 
 
-def make_device(kind: str, prefix: str, rank: int) -> CudaDevice | CpuDevice:
-    """``CudaDevice()`` for "cuda", ``CpuDevice(prefix, rank)`` for "cpu" (both sides
+def make_device(kind: str, prefix: str, rank: int, gpu: int = 0) -> CudaDevice | CpuDevice:
+    """``CudaDevice(gpu)`` for "cuda", ``CpuDevice(prefix, rank)`` for "cpu" (both sides
     pass the same ``prefix``: a handle opens only under it).
 
     Raises:
         ValueError: another kind.
     """
     if kind == "cuda":
-        return CudaDevice()
+        return CudaDevice(gpu)
     if kind == "cpu":
         return CpuDevice(prefix, rank)
     raise ValueError(f"device {kind!r}: use cuda or cpu")
