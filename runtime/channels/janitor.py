@@ -16,9 +16,11 @@ actor of those graphs still runs (a dying actor may still create a data block), 
 ``WAIT_S``, and exits. Unlinking is safe at that point: the graph ended with its driver,
 and processes that still map a segment keep their mapping (only the name goes).
 
-Limits: a child the driver forks without exec (multiprocessing's "fork") holds the pipe
-too, so the janitor acts once that child has ended as well. The script imports only the
-standard library and ``procs`` (its folder is its first ``sys.path`` entry).
+A child the driver forks (multiprocessing's "fork") closes its copy of the pipe at once
+(``os.register_at_fork``), so the janitor acts when the driver ends even while such a
+child lives on; the child starts a janitor of its own for graphs it starts. The script
+imports only the standard library and ``procs`` (its folder is its first ``sys.path``
+entry).
 
 Cost: one process per driver (started in the background, ~15 ms of CPU with ``-S``: it
 imports only ``os``, ``sys``, ``time`` and ``procs``), one pipe, one line per start and
@@ -102,11 +104,31 @@ class _Janitor:
 
 
 # ------------------------------------------------------------------ driver side
+def _after_fork_in_child() -> None:
+    """In a child just forked from a driver: close its copy of the janitor's pipe (else the
+    janitor would wait for the child to end as well), forget the parent's graphs, and take
+    a fresh lock (another thread of the parent may have held it at the fork)."""
+    global _proc, _owner, _lock
+    if _proc is not None:
+        try:
+            os.close(_proc.fd)
+        except OSError:
+            pass
+    _proc, _owner, _lock = None, 0, threading.Lock()
+    _watched.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _forked() -> None:
     """In a child forked from a driver: forget the parent's janitor and graphs (the child
-    starts its own janitor for its own graphs). Called with ``_lock`` held."""
+    starts its own janitor for its own graphs). Called with ``_lock`` held. (The fork hook
+    above already did; this covers a fork that bypassed it, e.g. a raw ``fork()`` in C.)"""
     global _proc, _owner
     if _owner and _owner != os.getpid():
+        if _proc is not None:
+            _proc.drop()  # this process's copy of the parent's pipe
         _proc, _owner = None, 0
         _watched.clear()
 

@@ -94,3 +94,42 @@ def test_the_janitor_holds_only_its_pipe_and_stdio(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path)
     assert proc.stdout.strip() == "[0, 1, 2]", proc.stdout + proc.stderr
+
+
+FORKING = textwrap.dedent("""
+    import json, os, signal, sys, time
+    from cgc.runtime.channels import janitor
+    from cgc.runtime.channels.shm import Segment
+
+    doomed = sys.argv[1]
+    seg = Segment.create(f"{doomed}-c0", 4096)
+    janitor.watch(doomed, [])
+    child = os.fork()
+    if child == 0:  # a forked worker that outlives the driver (multiprocessing's "fork")
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # not the test's pipes: it reads until they close
+        os.dup2(null, 2)
+        time.sleep(30)
+        os._exit(0)
+    print(json.dumps({"janitor": janitor.janitor_pid(), "child": child}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_forked_child_does_not_keep_the_janitor_waiting(tmp_path):
+    """The driver dies by SIGKILL while a child it forked lives on: the janitor removes the
+    graph's segments at once, not when the child ends (the child closed its copy of the
+    janitor's pipe at the fork)."""
+    doomed = f"cgc-jt{os.getpid()}fork"
+    proc = subprocess.run([sys.executable, "-c", FORKING, doomed], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    got = json.loads(proc.stdout.splitlines()[0])
+    try:
+        assert alive(got["child"])
+        assert wait_until(lambda: list_segments(doomed) == [], 10), list_segments(doomed)
+        assert alive(got["child"]), "the child ended first: the test shows nothing"
+    finally:
+        try:
+            os.kill(got["child"], 9)
+        except ProcessLookupError:
+            pass
