@@ -1,6 +1,6 @@
-"""tools/bench/bench_two_gpus.py without GPUs: its arguments, its table (targets, ratios,
+"""tools/bench/bench_multi_gpu.py without GPUs: its arguments, its table (targets, ratios,
 wrong results never timed), and every part end to end on CPU tensors for both systems, so
-a device call on the two-GPU machine is not spent finding the harness's bugs."""
+a device call on a 2- or 4-GPU machine is not spent finding the harness's bugs."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "bench" / "bench_two_gpus.py"
+TOOL = ROOT / "tools" / "bench" / "bench_multi_gpu.py"
 sys.path.insert(0, str(TOOL.parent))
-import bench_two_gpus as b2  # noqa: E402
+import bench_multi_gpu as b2  # noqa: E402
 
 
 def test_sizes_parts_and_systems_are_parsed_and_checked():
     a = b2.parse_args(["--sizes", "1K,1M,64MiB,1G", "--parts", "hop,raw"])
     assert a.size_list == [1 << 10, 1 << 20, 64 << 20, 1 << 30]
     assert a.part_list == ["hop", "raw"] and a.system_list == ["cgc", "ray_cgraph"]
+    assert b2.parse_args([]).part_list == list(b2.PARTS) and not b2.parse_args([]).parts_given
     for bad in (["--parts", "hop,warp"], ["--systems", "vllm"], ["--sizes", "4"],
                 ["--sizes", "1X"], ["--inflight", "0"]):
         with pytest.raises(SystemExit):
@@ -51,6 +52,14 @@ def test_the_table_checks_targets_and_never_times_a_wrong_result():
     assert "| - |" in rows["pipeline | overlap on exec/s"]
 
 
+def test_parts_that_need_more_gpus_fail_when_asked_for(monkeypatch):
+    monkeypatch.setattr(b2, "CPU_GPUS", 2)  # a two-GPU machine
+    f = b2.run(b2.parse_args(["--device", "cpu", "--parts", "grid,overlap3"]))
+    assert f.failed == {("grid", "-"): "needs 4 GPUs, this machine has 2",
+                        ("overlap3", "-"): "needs 4 GPUs, this machine has 2"}
+    assert f.values == {}
+
+
 def test_two_gpus_are_required_on_cuda():
     pytest.importorskip("torch")
     import torch
@@ -63,7 +72,7 @@ def test_two_gpus_are_required_on_cuda():
 
 @pytest.mark.slow
 def test_every_part_runs_on_cpu_for_both_systems_with_checked_results(tmp_path):
-    out = tmp_path / "two_gpus.json"
+    out = tmp_path / "multi_gpu.json"
     proc = subprocess.run(
         [sys.executable, str(TOOL), "--device", "cpu", "--sizes", "1K,64K", "--iters", "10",
          "--executions", "3", "--pipeline-executions", "12", "--overlap-n", "32",
@@ -72,10 +81,14 @@ def test_every_part_runs_on_cpu_for_both_systems_with_checked_results(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = json.loads(out.read_text())
     assert got["failed"] == {} and got["wrong"] == {}, got
+    assert got["skipped"] == {"grid | ray_cgraph": "Ray CG needs NCCL for this graph (GPUs)"}
+    assert got["values"]["grid | in flight exec/s | cgc"] > 0
     for system in ("cgc", "ray_cgraph"):
         for case in ("hop | 1 KiB p50", "hop | 64 KiB p50", "hop | set-up s",
                      "overlap | overlap on ms", "overlap | overlap off ms",
-                     "pipeline | overlap on exec/s", "pipeline | overlap off exec/s"):
+                     "pipeline | overlap on exec/s", "pipeline | overlap off exec/s",
+                     "overlap3 | overlap on ms", "overlap3 | overlap off ms",
+                     "pipeline4 | overlap on exec/s", "pipeline4 | overlap off exec/s"):
             assert got["values"][f"{case} | {system}"] > 0, (case, system)
     assert got["values"]["raw | 64 KiB GB/s | raw"] > 0
     assert "| hop | 1 KiB p50 |" in proc.stdout
