@@ -457,19 +457,22 @@ def _hop(args: argparse.Namespace, system: str, f: Figures) -> None:
         s.close()
 
 
-def _overlap(args: argparse.Namespace, system: str, f: Figures) -> None:
+def _overlapped(args: argparse.Namespace, system: str, f: Figures, part: str,
+                senders: int) -> None:
+    """Three ``--overlap-n`` square tensors from ``senders`` actors (1: the folded example,
+    3: Ray's as written) to one receiver that multiplies each; ms per execution."""
     from ray.dag import InputNode, MultiOutputNode
 
     n = args.overlap_n
     for on in (True, False):
-        a, b = actors = _actors(args.device, 2)
+        actors = _actors(args.device, senders + 1)
+        src, b = actors[:-1], actors[-1]
         with InputNode() as inp:
-            outs = [b.matmul.bind(_hinted(a.send.bind(n, inp), system, args.device,
-                                          _static_shape=True, _direct_return=True))
-                    for _ in range(3)]
-            dag = MultiOutputNode(outs)
+            dag = MultiOutputNode([b.matmul.bind(_hinted(
+                src[i % senders].send.bind(n, inp), system, args.device, _static_shape=True,
+                _direct_return=True)) for i in range(3)])
         s = _compiled(system, dag, actors, on, None, args.device)
-        key = ("overlap", f"overlap {'on' if on else 'off'} ms", system)
+        key = (part, f"overlap {'on' if on else 'off'} ms", system)
         try:
             for i in range(3):
                 s.get(s.execute(i))
@@ -485,23 +488,34 @@ def _overlap(args: argparse.Namespace, system: str, f: Figures) -> None:
             s.close()
 
 
-def _pipeline(args: argparse.Namespace, system: str, f: Figures) -> None:
+def _overlap(args: argparse.Namespace, system: str, f: Figures) -> None:
+    _overlapped(args, system, f, "overlap", 1)
+
+
+def _overlap3(args: argparse.Namespace, system: str, f: Figures) -> None:
+    _overlapped(args, system, f, "overlap3", 3)
+
+
+def _staged(args: argparse.Namespace, system: str, f: Figures, part: str, stages: int,
+            k: int) -> None:
+    """``stages`` stages, one per GPU, NCCL between, ``k`` executions in flight;
+    executions/s with overlap on and off."""
     from ray.dag import InputNode
 
-    n, k, total = args.stage_n, args.inflight, args.pipeline_executions
+    n = args.stage_n
     for on in (True, False):
-        a, b = actors = _actors(args.device, 2)
+        actors = _actors(args.device, stages)
         with InputNode() as inp:
-            x = _hinted(a.stage.bind(inp), system, args.device)
-            dag = b.sink.bind(b.stage.bind(x))
+            x = inp
+            for a in actors[:-1]:
+                x = _hinted(a.stage.bind(x), system, args.device)
+            dag = actors[-1].sink.bind(actors[-1].stage.bind(x))
         s = _compiled(system, dag, actors, on, k, args.device)
-        key = ("pipeline", f"overlap {'on' if on else 'off'} exec/s", system)
-
-        def value(i: int) -> tuple[int, float]:
-            return (n, PIPE_VALUES[i % len(PIPE_VALUES)])
-
+        key = (part, f"overlap {'on' if on else 'off'} exec/s", system)
         try:
-            rate, bad = _stream(s, total, k, value, lambda i: value(i)[1])
+            rate, bad = _stream(s, args.pipeline_executions, k,
+                                lambda i: (n, PIPE_VALUES[i % len(PIPE_VALUES)]),
+                                lambda i: PIPE_VALUES[i % len(PIPE_VALUES)])
             if bad:
                 f.wrong[key] = bad
             else:
@@ -510,32 +524,12 @@ def _pipeline(args: argparse.Namespace, system: str, f: Figures) -> None:
             s.close()
 
 
-def _overlap3(args: argparse.Namespace, system: str, f: Figures) -> None:
-    """Ray's overlap example as written: three senders, one receiver."""
-    from ray.dag import InputNode, MultiOutputNode
+def _pipeline(args: argparse.Namespace, system: str, f: Figures) -> None:
+    _staged(args, system, f, "pipeline", 2, args.inflight)
 
-    n = args.overlap_n
-    for on in (True, False):
-        *senders, b = actors = _actors(args.device, 4)
-        with InputNode() as inp:
-            dag = MultiOutputNode([b.matmul.bind(_hinted(
-                a.send.bind(n, inp), system, args.device, _static_shape=True,
-                _direct_return=True)) for a in senders])
-        s = _compiled(system, dag, actors, on, None, args.device)
-        key = ("overlap3", f"overlap {'on' if on else 'off'} ms", system)
-        try:
-            for i in range(3):
-                s.get(s.execute(i))
-            t = time.perf_counter()
-            for i in range(args.executions):
-                got = s.get(s.execute(i))
-                if [(float(v), tuple(sh)) for v, sh in got] != [(float(i), (n, n))] * 3:
-                    f.wrong[key] = f"execution {i}: {got!r}"
-                    break
-            else:
-                f.put(*key, (time.perf_counter() - t) / args.executions * 1e3)
-        finally:
-            s.close()
+
+def _pipeline4(args: argparse.Namespace, system: str, f: Figures) -> None:
+    _staged(args, system, f, "pipeline4", 4, args.inflight4)
 
 
 def _stream(s: _System, total: int, k: int, value: Callable[[int], Any],
@@ -573,32 +567,6 @@ def _close(got: Any, want: Any) -> bool:
         return (isinstance(got, list) and len(got) == len(want)
                 and all(_close(g, w) for g, w in zip(got, want, strict=True)))
     return isinstance(got, float) and abs(got - want) <= REL_TOL * abs(want)
-
-
-def _pipeline4(args: argparse.Namespace, system: str, f: Figures) -> None:
-    """Four stages, one per GPU, ``--inflight4`` executions in flight."""
-    from ray.dag import InputNode
-
-    n, k = args.stage_n, args.inflight4
-    for on in (True, False):
-        actors = _actors(args.device, 4)
-        with InputNode() as inp:
-            x = inp
-            for a in actors[:-1]:
-                x = _hinted(a.stage.bind(x), system, args.device)
-            dag = actors[-1].sink.bind(actors[-1].stage.bind(x))
-        s = _compiled(system, dag, actors, on, k, args.device)
-        key = ("pipeline4", f"overlap {'on' if on else 'off'} exec/s", system)
-        try:
-            rate, bad = _stream(s, args.pipeline_executions, k,
-                                lambda i: (n, PIPE_VALUES[i % len(PIPE_VALUES)]),
-                                lambda i: PIPE_VALUES[i % len(PIPE_VALUES)])
-            if bad:
-                f.wrong[key] = bad
-            else:
-                f.put(*key, rate)
-        finally:
-            s.close()
 
 
 def _grid(args: argparse.Namespace, system: str, f: Figures) -> None:
