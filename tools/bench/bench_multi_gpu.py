@@ -513,13 +513,7 @@ def _staged(args: argparse.Namespace, system: str, f: Figures, part: str, stages
         s = _compiled(system, dag, actors, on, k, args.device)
         key = (part, f"overlap {'on' if on else 'off'} exec/s", system)
         try:
-            rate, bad = _stream(s, args.pipeline_executions, k,
-                                lambda i: (n, PIPE_VALUES[i % len(PIPE_VALUES)]),
-                                lambda i: PIPE_VALUES[i % len(PIPE_VALUES)])
-            if bad:
-                f.wrong[key] = bad
-            else:
-                f.put(*key, rate)
+            _stream(f, key, s, n, args.pipeline_executions, k)
         finally:
             s.close()
 
@@ -532,9 +526,17 @@ def _pipeline4(args: argparse.Namespace, system: str, f: Figures) -> None:
     _staged(args, system, f, "pipeline4", 4, args.inflight4)
 
 
-def _stream(s: _System, total: int, k: int, value: Callable[[int], Any],
-            want: Callable[[int], Any]) -> tuple[float, str]:
-    """Run ``total`` executions with ``k`` in flight; (executions/s, first wrong result)."""
+def _stream(f: Figures, key: tuple[str, str, str], s: _System, n: int, total: int, k: int,
+            outputs: int = 0) -> None:
+    """``total`` executions with ``k`` in flight, execution i's input full of
+    ``PIPE_VALUES[i % 3]`` (``n`` x ``n``), each output checked to keep that value
+    (``outputs``: a list of that many, else one); records executions/s or what was wrong."""
+    def value(i: int) -> tuple[int, float]:
+        return (n, PIPE_VALUES[i % len(PIPE_VALUES)])
+
+    def want(i: int) -> Any:
+        return [value(i)[1]] * outputs if outputs else value(i)[1]
+
     for i in range(k + 1):
         s.get(s.execute(value(i)))
     refs: list[tuple[int, Any]] = []
@@ -553,7 +555,10 @@ def _stream(s: _System, total: int, k: int, value: Callable[[int], Any],
             check(j, s.get(r))
     for j, r in refs:
         check(j, s.get(r))
-    return total / (time.perf_counter() - t), bad
+    if bad:
+        f.wrong[key] = bad
+    else:
+        f.put(*key, total / (time.perf_counter() - t))
 
 
 def _close(got: Any, want: Any) -> bool:
@@ -596,13 +601,7 @@ def _grid(args: argparse.Namespace, system: str, f: Figures) -> None:
     s = _compiled(system, dag, actors, None, k, args.device)
     key = ("grid", "in flight exec/s", system)
     try:
-        rate, bad = _stream(s, args.pipeline_executions, k,
-                            lambda i: (n, PIPE_VALUES[i % len(PIPE_VALUES)]),
-                            lambda i: [PIPE_VALUES[i % len(PIPE_VALUES)]] * 2)
-        if bad:
-            f.wrong[key] = bad
-        else:
-            f.put(*key, rate)
+        _stream(f, key, s, n, args.pipeline_executions, k, outputs=2)
     finally:
         s.close()
 
