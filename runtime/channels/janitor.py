@@ -104,33 +104,33 @@ class _Janitor:
 
 
 # ------------------------------------------------------------------ driver side
-def _after_fork_in_child() -> None:
-    """In a child just forked from a driver: close its copy of the janitor's pipe (else the
-    janitor would wait for the child to end as well), forget the parent's graphs, and take
-    a fresh lock (another thread of the parent may have held it at the fork)."""
-    global _proc, _owner, _lock
+def _forget_parent() -> None:
+    """In a child forked from a driver: close its copy of the parent's janitor pipe (else
+    the janitor would wait for the child to end as well) and forget the parent's graphs;
+    the child starts its own janitor for its own graphs."""
+    global _proc, _owner
     if _proc is not None:
-        try:
-            os.close(_proc.fd)
-        except OSError:
-            pass
-    _proc, _owner, _lock = None, 0, threading.Lock()
+        _proc.drop()
+    _proc, _owner = None, 0
     _watched.clear()
+
+
+def _after_fork_in_child() -> None:
+    """``os.register_at_fork`` hook: ``_forget_parent``, and a fresh lock (another thread
+    of the parent may have held it at the fork)."""
+    global _lock
+    _forget_parent()
+    _lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _forked() -> None:
-    """In a child forked from a driver: forget the parent's janitor and graphs (the child
-    starts its own janitor for its own graphs). Called with ``_lock`` held. (The fork hook
-    above already did; this covers a fork that bypassed it, e.g. a raw ``fork()`` in C.)"""
-    global _proc, _owner
+    """``_forget_parent`` if this process is not the janitor's owner: a fork that bypassed
+    the hook above (a raw ``fork()`` in C). Called with ``_lock`` held."""
     if _owner and _owner != os.getpid():
-        if _proc is not None:
-            _proc.drop()  # this process's copy of the parent's pipe
-        _proc, _owner = None, 0
-        _watched.clear()
+        _forget_parent()
 
 
 def _send(line: str) -> None:
@@ -141,7 +141,7 @@ def _send(line: str) -> None:
         if _proc is None or _owner != os.getpid() or not _proc.alive():
             from .shm import segment_dir
 
-            if _proc is not None and _owner == os.getpid():
+            if _proc is not None:  # ours (_forked ran first): a dead janitor's pipe
                 _proc.drop()
             _proc = _Janitor(segment_dir())
             _owner = os.getpid()

@@ -178,8 +178,28 @@ class Figures:
         print(f"  {part} {case} [{system}]: {value:,.1f}", flush=True)
 
 
-# (part, case, unit, higher is better, target text, target check or None)
-Row = tuple[str, str, str, bool, str, Callable[[Figures], bool | None] | None]
+# (part, case, higher is better, target text, target check or None)
+Row = tuple[str, str, bool, str, Callable[[Figures], bool | None] | None]
+
+
+def _val(f: Figures, key: tuple[str, str, str]) -> float | None:
+    """A figure, or None if it is missing or its result was wrong."""
+    return None if key in f.wrong else f.values.get(key)
+
+
+def _ratio(f: Figures, a: tuple[str, str, str], b: tuple[str, str, str]) -> float | None:
+    x, y = _val(f, a), _val(f, b)
+    return None if x is None or not y else x / y
+
+
+def _meets(x: float | None, limit: float, higher: bool) -> bool | None:
+    """``x`` at or above ``limit`` (``higher``) or at or below it; None without ``x``."""
+    return None if x is None else (x >= limit if higher else x <= limit)
+
+
+def _beats(f: Figures, part: str, case: str, higher: bool) -> bool | None:
+    r = _ratio(f, (part, case, "cgc"), (part, case, "ray_cgraph"))
+    return None if r is None else (r > 1 if higher else r < 1)
 
 
 def rows_for(args: argparse.Namespace) -> list[Row]:
@@ -188,32 +208,27 @@ def rows_for(args: argparse.Namespace) -> list[Row]:
     if "hop" in args.part_list:
         for n in args.size_list:
             s = fmt_size(n)
-            out.append(("hop", f"{s} p50", "µs", False,
-                        "≤ 100 µs" if n == 1 << 20 else "",
-                        (lambda f, s=s: _le(f.values.get(("hop", f"{s} p50", "cgc")), 100.0))
-                        if n == 1 << 20 else None))
+            out.append(("hop", f"{s} p50", False, "≤ 100 µs" if n == 1 << 20 else "",
+                        (lambda f, s=s: _meets(_val(f, ("hop", f"{s} p50", "cgc")), 100.0,
+                                               False)) if n == 1 << 20 else None))
             if n >= 64 << 20:
-                out.append(("hop", f"{s} GB/s", "GB/s", True,
-                            "≥ 95% of raw" if n == 1 << 30 else "",
-                            (lambda f, s=s: _ratio_ge(f, ("hop", f"{s} GB/s", "cgc"),
-                                                      ("raw", f"{s} GB/s", "raw"), 0.95))
-                            if n == 1 << 30 else None))
-        out.append(("hop", "set-up s", "s", False, "≤ 0.5× Ray CG",
-                    lambda f: _ratio_le(f, ("hop", "set-up s", "cgc"),
-                                        ("hop", "set-up s", "ray_cgraph"), 0.5)))
-        out.append(("hop", "first execution s", "s", False, "", None))
-    if "overlap" in args.part_list:
-        for on in ("on", "off"):
-            out.append(("overlap", f"overlap {on} ms", "ms", False,
-                        "≤ 7.8 ms" if on == "on" else "",
-                        (lambda f: _le(f.values.get(("overlap", "overlap on ms", "cgc")), 7.8))
-                        if on == "on" else None))
-    if "pipeline" in args.part_list:
-        for on in ("on", "off"):
-            out.append(("pipeline", f"overlap {on} exec/s", "exec/s", True,
-                        "≥ 3500/s" if on == "on" else "",
-                        (lambda f: _ge(f.values.get(("pipeline", "overlap on exec/s", "cgc")),
-                                       3500.0)) if on == "on" else None))
+                out.append(("hop", f"{s} GB/s", True, "≥ 95% of raw" if n == 1 << 30 else "",
+                            (lambda f, s=s: _meets(_ratio(f, ("hop", f"{s} GB/s", "cgc"),
+                                                          ("raw", f"{s} GB/s", "raw")),
+                                                   0.95, True)) if n == 1 << 30 else None))
+        out.append(("hop", "set-up s", False, "≤ 0.5× Ray CG",
+                    lambda f: _meets(_ratio(f, ("hop", "set-up s", "cgc"),
+                                            ("hop", "set-up s", "ray_cgraph")), 0.5, False)))
+        out.append(("hop", "first execution s", False, "", None))
+    for part, case, higher, target, limit in (
+            ("overlap", "overlap {} ms", False, "≤ 7.8 ms", 7.8),
+            ("pipeline", "overlap {} exec/s", True, "≥ 3500/s", 3500.0)):
+        if part in args.part_list:
+            on = case.format("on")
+            out.append((part, on, higher, target,
+                        lambda f, p=part, c=on, h=higher, x=limit: _meets(
+                            _val(f, (p, c, "cgc")), x, h)))
+            out.append((part, case.format("off"), higher, "", None))
     # Issue 14's target for every 4-GPU run: beat Ray CG (the overlap example's compute
     # floor needs the one-GPU matmul time, printed by the part).
     for part, unit, higher in (("overlap3", "ms", False), ("pipeline4", "exec/s", True),
@@ -222,34 +237,9 @@ def rows_for(args: argparse.Namespace) -> list[Row]:
             cases = (["overlap on", "overlap off"] if part != "grid" else ["in flight"])
             for case in cases:
                 name = f"{case} {unit}"
-                out.append((part, name, unit, higher, "beats Ray CG",
+                out.append((part, name, higher, "beats Ray CG",
                             lambda f, p=part, n=name, h=higher: _beats(f, p, n, h)))
     return out
-
-
-def _beats(f: Figures, part: str, case: str, higher: bool) -> bool | None:
-    c, r = f.values.get((part, case, "cgc")), f.values.get((part, case, "ray_cgraph"))
-    if c is None or r is None or (part, case, "cgc") in f.wrong:
-        return None
-    return c > r if higher else c < r
-
-
-def _le(x: float | None, bound: float) -> bool | None:
-    return None if x is None else x <= bound
-
-
-def _ge(x: float | None, bound: float) -> bool | None:
-    return None if x is None else x >= bound
-
-
-def _ratio_le(f: Figures, a: tuple, b: tuple, bound: float) -> bool | None:
-    x, y = f.values.get(a), f.values.get(b)
-    return None if x is None or not y else x / y <= bound
-
-
-def _ratio_ge(f: Figures, a: tuple, b: tuple, bound: float) -> bool | None:
-    x, y = f.values.get(a), f.values.get(b)
-    return None if x is None or not y else x / y >= bound
 
 
 def table(f: Figures, args: argparse.Namespace) -> str:
@@ -266,7 +256,7 @@ def table(f: Figures, args: argparse.Namespace) -> str:
     head = ("| part | case | cgc | Ray CG | raw | cgc ÷ Ray CG | target | met |\n"
             "|---|---|---|---|---|---|---|---|")
     lines = [head]
-    for part, case, _unit, higher, target, check in rows_for(args):
+    for part, case, higher, target, check in rows_for(args):
         cells = []
         for system in ("cgc", "ray_cgraph", "raw"):
             key = (part, case, system)
@@ -282,11 +272,9 @@ def table(f: Figures, args: argparse.Namespace) -> str:
                 cells.append("-" if raw is None else f"{raw:,.1f}")
             else:
                 cells.append("-")
-        c, r = f.values.get((part, case, "cgc")), f.values.get((part, case, "ray_cgraph"))
-        ratio = "-"
-        if c is not None and r and (part, case, "cgc") not in f.wrong:
-            # "×" reads as "cgc is this many times better": time ratios are inverted.
-            ratio = f"{(c / r) if higher else (r / c if c else 0):.2f}×"
+        r = _ratio(f, (part, case, "cgc"), (part, case, "ray_cgraph"))
+        # "×" reads as "cgc is this many times better": time ratios are inverted.
+        ratio = "-" if not r else f"{r if higher else 1 / r:.2f}×"
         met = check(f) if check is not None else None
         shown = "-" if met is None else ("yes" if met else "no")
         if args.device == "cpu" and target:
