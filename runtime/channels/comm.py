@@ -110,7 +110,7 @@ class Communicator(abc.ABC):
 class ExchangingCommunicator(Communicator):
     """A communicator whose collectives give every member every contribution and combine
     them there with the one rule (``cgc.runtime.channels.collective.combine``): the CPU
-    communicator, CUDA IPC between actors on one GPU, host staging.
+    communicator and host staging (CUDA IPC is a device transport: ``gpu.ipc``).
 
     Errors are values: when any member contributed an ``ErrorValue``, the first in rank
     order is every member's result. Subclasses only move the values (``_exchanged``).

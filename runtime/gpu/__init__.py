@@ -11,10 +11,13 @@ Modules (each docstring has the details and an example):
 - ``factory``   - ``open_device_communicator(transport, ...)``: one call per member.
 - ``nccl``      - ``make_unique_id()`` (rank 0), ``NcclCommunicator`` (ctypes or cupy
   binding, ``nccl_lib``); ``torchdist.TorchDistCommunicator`` over a user's group.
-- ``ipc``       - ``CudaIpcCommunicator`` for actors sharing one GPU.
+- ``ipc``       - ``CudaIpcCommunicator`` for actors sharing one GPU: the protocol over
+  ``IpcTransport`` (exported slot buffers, interprocess events; ``ipc_devices``).
 - ``staging``   - ``HostStagingCommunicator`` (pinned host memory around a host comm).
 - ``protocol``  - the value protocol (headers, static edges, errors as values, collective
-  status words) shared by the NCCL-shaped communicators, over a ``DeviceTransport``.
+  status words) shared by the NCCL, torch.distributed and CUDA IPC communicators.
+- ``transport`` - the ``DeviceTransport`` interface under it (posting or describing) and
+  ``GatheringTransport`` (collectives from pairwise moves).
 - ``tensors``   - split a value into header + device tensors and back.
 - ``sidechannel`` - ordered host messages per rank pair (``ShmSideChannels``; pluggable).
 - ``streams``   - ``ActorStreams``: compute/comm streams, events, lifetimes, sync counter.

@@ -19,20 +19,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cgc.runtime.channels.collective import ReduceOp, reduce_values, scatter_part
+from cgc.runtime.channels.collective import ReduceOp
 from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.channels.ring_reader import ShmRingReader
 from cgc.runtime.channels.ring_writer import ShmRingWriter
 
-from .protocol import DeviceCommunicator, DeviceTransport
+from .protocol import DeviceCommunicator
 from .sidechannel import ShmSideChannels, attach_ring
 from .streams import NullStreams
 from .tensors import TensorMeta, cpu_stand_in, torch_dtype
+from .transport import GatheringTransport
 
 __all__ = ["ShmCpuTransport", "cpu_device_communicator"]
 
 
-class ShmCpuTransport(DeviceTransport):
+class ShmCpuTransport(GatheringTransport):
     """Rank ``rank`` of a CPU stand-in transport (see module doc).
 
     Args:
@@ -109,18 +110,15 @@ class ShmCpuTransport(DeviceTransport):
 
     def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
         self.ops.append(("allreduce", op.word))
-        recv.copy_(reduce_values(self._gather(send), op))
+        super().allreduce(send, recv, op)
 
     def allgather(self, send: Any, recv: Any) -> None:
         self.ops.append(("allgather", None))
-        n = send.numel()
-        for r, part in enumerate(self._gather(send)):
-            recv.view(-1)[r * n:(r + 1) * n].copy_(part.view(-1))
+        super().allgather(send, recv)
 
     def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
         self.ops.append(("reducescatter", op.word))
-        full = reduce_values(self._gather(send), op)
-        recv.copy_(scatter_part(full, self.rank, self.world_size))
+        super().reducescatter(send, recv, op)
 
     def abort(self) -> None:
         self._aborted = True
@@ -130,10 +128,10 @@ class ShmCpuTransport(DeviceTransport):
             except Exception:  # noqa: BLE001 - already closed
                 pass
 
-    def destroy(self) -> None:
+    def destroy(self, linger: float = 2.0) -> None:
         for w in self._out.values():
             try:
-                w.close(linger=2.0)
+                w.close(linger=linger)
             except Exception:  # noqa: BLE001
                 pass
         for r in self._in.values():

@@ -1,10 +1,12 @@
-"""CUDA IPC communicator: device values between actors that share one GPU.
+"""CUDA IPC: device values between actors that share one GPU, as a device transport.
 
 NCCL refuses two ranks on one device, so actors placed on the same GPU (``num_gpus=0.5``)
-move tensors through buffers one process exports and the other maps. Per ordered pair
-writer -> reader:
+move tensors through buffers one process exports and the other maps. ``IpcTransport`` is
+a *describing* ``DeviceTransport`` (see ``transport``): ``CudaIpcCommunicator`` is the
+one device protocol (``protocol.DeviceCommunicator``: headers, errors as values, static
+edges, collective agreement) over it, as ``NcclCommunicator`` is over NCCL.
 
-Set-up (at the first transfer on the pair, or ``warm_up``):
+Per ordered pair writer -> reader, set up at the first transfer (or ``warm_up``):
 
 - the writer allocates ``slots`` buffers with ``cudaMalloc`` - *outside* torch's caching
   allocator, because an IPC handle names a whole allocation - plus ``slots`` interprocess
@@ -12,33 +14,33 @@ Set-up (at the first transfer on the pair, or ``warm_up``):
 - the reader opens them once (``cudaIpcOpenMemHandle`` / ``cudaIpcOpenEventHandle``),
   creates ``slots`` interprocess events of its own and sends their handles back.
 
-Per value with tensors (use ``n`` of the pair, slot ``k = n % slots``):
+Per value with tensor bytes (use ``n`` of the pair, slot ``k = n % slots``):
 
-1. writer: once use ``n - slots`` is acknowledged, its comm stream waits on the reader's
-   event ``k`` (the reader's copy out of slot ``k`` is done: no CPU wait); the comm stream
-   waits for the compute stream; each tensor is copied into slot ``k`` (offsets aligned
-   to 256 bytes); writer event ``k`` is recorded; the header (status, metas, skeleton,
-   and ``ext = (n, k, offsets, generation, new handle or None)``) goes to the side-channel;
-2. reader: reads the header, makes its comm stream wait on writer event ``k``, allocates
-   the tensors, copies them out, records its own event ``k`` and sends the
-   acknowledgement ``(n, k, generation)`` - without waiting for the copy: the writer waits
-   on the reader's event on the device before it reuses the slot.
+1. writer (``reserve``, ``p2p``): once use ``n - slots`` is acknowledged, its comm stream
+   waits on the reader's event ``k`` (the reader's copy out of slot ``k`` is done: no CPU
+   wait); the protocol makes the comm stream wait for the compute stream; each buffer is
+   copied into slot ``k`` (offsets aligned to 256 bytes) and writer event ``k`` recorded;
+   the protocol writes the header with ``ext = (n, k, offsets, generation, new handle or
+   None)`` (``described``);
+2. reader (``expect``, ``p2p``): after the header, its comm stream waits on writer event
+   ``k``; the protocol allocates the tensors; each is copied out, the reader records its
+   own event ``k`` and sends the acknowledgement ``(n, k, generation)`` - without waiting
+   for the copy: the writer waits on the reader's event on the device before it reuses
+   the slot.
 
 So ``send`` returns once the header is written and blocks only when the reader is
-``slots`` values behind (NCCL's CPU semantics; op programs do not change). A value larger
-than its slot grows that slot (rare): the writer allocates a bigger buffer, sends its
-handle in the header with the next generation and keeps the old buffer until the reader
-acknowledges the new generation (the reader first waits for its own last copy from the
-old mapping - a counted CPU wait - then closes it).
+``slots`` values behind (NCCL's CPU semantics). A value larger than its slot grows that
+slot (rare): the writer allocates a bigger buffer, sends its handle in ``ext`` with the
+next generation and keeps the old buffer until the reader acknowledges the new generation
+(the reader first waits for its own last copy from the old mapping - a counted CPU wait -
+then closes it).
 
-Errors travel as error headers (no slot is used). Collectives run as an exchange of
-values over the same p2p path (every member sends its value to every other, then reads
-theirs) followed by a local reduction on the comm stream: on one GPU the N-fold copies
-run at device-memory bandwidth. Errors and host values behave as on the CPU communicator.
-
-Messages of several kinds share each ordered pair's side-channel FIFO (this pair's hello,
-headers and the acknowledgements for the opposite direction); the receiving side sorts
-them into one queue per (peer, kind), so no kind ever waits behind another.
+The transport's own messages (hello, hello-ack, acknowledgements, and the descriptions of
+collective contributions) travel on its own shared-memory rings (``<prefix>i...``), apart
+from the protocol's headers, so a rank waiting for a header is never woken by an
+acknowledgement. Collectives gather every rank's input over the same slots and reduce
+on the comm stream (``GatheringTransport``): on one GPU the N-fold copies run at
+device-memory bandwidth.
 
 The device calls go through an ``IpcDevice`` (``cgc.runtime.gpu.ipc_devices``):
 ``CudaIpcDevice`` (cupy.cuda.runtime) on GPUs, ``ShmIpcDevice`` (shared-memory segments,
@@ -53,25 +55,26 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import torch
 
-from cgc.runtime.channels.comm import ExchangingCommunicator, first_error
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
 
 from .ipc_devices import CudaIpcDevice, IpcDevice, ShmIpcDevice
-from .protocol import comm_ready, header_for
-from .sidechannel import SideChannels, SideFactory, open_side
+from .protocol import DeviceCommunicator
+from .sidechannel import ShmSideChannels, SideChannels, SideFactory, open_side
 from .streams import actor_streams
-from .tensors import STATUS_ERROR, Header, is_cuda_tensor, open_header, static_meta, torch_dtype
+from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
+from .transport import GatheringTransport
 
-__all__ = ["CudaIpcCommunicator"]
+__all__ = ["IpcTransport", "CudaIpcCommunicator"]
 
 _ALIGN = 256
-_KINDS = ("hello", "hello-ack", "ack", "hdr")
+_KINDS = ("hello", "hello-ack", "ack", "desc")
 
 
 def _align(n: int) -> int:
@@ -95,6 +98,7 @@ class _Out:
         self.n = 0  # uses sent
         self.acked = 0  # uses acknowledged
         self.retired: list[tuple[int, int, int]] = []  # (slot, generation, ptr)
+        self.described: Any = None  # ext of the last use, until the protocol takes it
 
 
 class _In:
@@ -105,84 +109,66 @@ class _In:
         self.events: list[Any] = []  # the writer's, opened here
         self.own: list[tuple[Any, bytes]] = []
         self.n = 0  # uses received
+        self.expected: tuple[int, int, tuple[int, ...]] | None = None  # (n, k, offsets)
 
 
-class CudaIpcCommunicator(ExchangingCommunicator):
-    """Rank ``rank`` of a group of actors on one GPU (see module doc).
+class IpcTransport(GatheringTransport):
+    """Rank ``rank`` of a CUDA IPC transport (see module doc).
 
     Args:
-        rank, world_size: this member's rank and the group size.
-        prefix / side / side_factory: the side-channels (as for ``NcclCommunicator``).
+        control: the transport's own side-channels (not the protocol's).
         streams: the actor's ``ActorStreams`` (``NullStreams`` with ``ShmIpcDevice``).
-        device: the ``IpcDevice`` (default: ``CudaIpcDevice`` on the streams' device).
-        slots: values a writer may be ahead of a reader on one pair.
-        slot_bytes: initial capacity of each slot (grows on demand).
-        timeout: default for calls that pass ``timeout=None`` (None: until closed).
-        is_device: which objects move as device tensors (default: CUDA tensors).
+        device: the ``IpcDevice``.
+        slots, slot_bytes: values a writer may be ahead on one pair; initial slot size.
+        timeout: how long the waits inside a collective may take (None: until aborted).
+        is_device: which objects move as device tensors.
     """
 
-    def __init__(self, rank: int, world_size: int, *, prefix: str | None = None,
-                 side: SideChannels | None = None, side_factory: SideFactory | None = None,
-                 streams: Any = None, device: IpcDevice | None = None, slots: int = 2,
-                 slot_bytes: int = 1 << 20, timeout: float | None = None, name: str = "",
-                 is_device: Callable[[Any], bool] | None = None) -> None:
-        self.side = open_side(side, side_factory, prefix, rank, world_size,
-                              "CudaIpcCommunicator")
+    describes: ClassVar[bool] = True
+
+    def __init__(self, rank: int, world_size: int, *, control: SideChannels, streams: Any,
+                 device: IpcDevice, slots: int = 2, slot_bytes: int = 1 << 20,
+                 timeout: float | None = None,
+                 is_device: Callable[[Any], bool] = is_cuda_tensor, name: str = "") -> None:
         self.rank, self.world_size = rank, world_size
-        self.streams = streams if streams is not None else actor_streams()
-        if device is None:
-            if not getattr(self.streams, "is_cuda", False):
-                raise ChannelError("CudaIpcCommunicator needs CUDA (or an IpcDevice)")
-            device = CudaIpcDevice(self.streams.device.index)  # type: ignore[union-attr]
-        self.dev = device
-        self._stream = self.streams.comm.cuda_stream if self.streams.comm is not None else 0
-        self._torch_device = getattr(self.streams, "device", None)
+        self.control, self.streams, self.dev = control, streams, device
+        self._stream = streams.comm.cuda_stream if streams.comm is not None else 0
+        dev = getattr(streams, "device", None)
+        self._empty_kw = {"device": dev} if dev is not None else {}
         self.slots = max(1, int(slots))
         self.slot_bytes = max(_ALIGN, int(slot_bytes))
         self.timeout = timeout
-        self.name = name or f"CUDA IPC communicator (rank {rank} of {world_size})"
-        self.is_device = is_device or is_cuda_tensor
-        self.last_event: Any = None
+        self.name = name or f"CUDA IPC transport (rank {rank} of {world_size})"
+        self._is_device = is_device
         self._out: dict[int, _Out] = {}
         self._in: dict[int, _In] = {}
         self._queues: dict[tuple[int, str], deque] = {}
         self._aborted = False
-        self._released = False
-        self._busy = 0
-        self._static: dict[tuple[tuple[int, ...], str], Any] = {}
+
+    def is_device(self, obj: Any) -> bool:
+        return self._is_device(obj)
+
+    def empty(self, meta: TensorMeta) -> Any:
+        return torch.empty(meta.shape, dtype=torch_dtype(meta.dtype), **self._empty_kw)
 
     # ---------------------------------------------------------------- plumbing
-    def _t(self, timeout: float | None) -> float | None:
-        return self.timeout if timeout is None else timeout
-
     def _poll(self) -> None:
         if self._aborted:
             raise ChannelClosedError(f"{self.name}: rank {self.rank} was aborted")
 
-    def _check_peer(self, peer: int) -> None:
-        if peer == self.rank or not 0 <= peer < self.world_size:
-            raise ValueError(f"{self.name}: rank {self.rank}: bad peer {peer} "
-                             f"(world size {self.world_size})")
-
-    def _next(self, peer: int, kind: str, timeout: float | None) -> tuple:
-        """The next message of ``kind`` from ``peer`` (others are queued for later)."""
+    def _next(self, peer: int, kind: str, timeout: float | None,
+              poll: Callable[[], None] | None = None) -> tuple:
+        """The next control message of ``kind`` from ``peer`` (others are queued)."""
         q = self._queues.setdefault((peer, kind), deque())
         while not q:
-            msg = self.side.recv(peer, timeout, self._poll)
+            msg = self.control.recv(peer, timeout, poll or self._poll)
             if type(msg) is not tuple or not msg or msg[0] not in _KINDS:
                 raise ChannelError(f"{self.name}: rank {peer} sent a malformed message")
             self._queues.setdefault((peer, msg[0]), deque()).append(msg)
         return q.popleft()
 
-    def _op(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._aborted or self._released:
-            raise ChannelClosedError(f"{self.name}: rank {self.rank} was "
-                                     f"{'aborted' if self._aborted else 'destroyed'}")
-        self._busy += 1
-        try:
-            return fn(*args)
-        finally:
-            self._busy -= 1
+    def _context(self) -> contextlib.AbstractContextManager[Any]:
+        return self.streams.comm_context()
 
     # ---------------------------------------------------------------- set-up of a pair
     def _connect_out(self, peer: int, timeout: float | None) -> _Out:
@@ -195,15 +181,16 @@ class CudaIpcCommunicator(ExchangingCommunicator):
             o.bufs.append([ptr, self.slot_bytes, 0, handle])
         o.events = [self.dev.new_event() for _ in range(self.slots)]
         self._out[peer] = o
-        self.side.send(peer, ("hello", self.slots, [(b[3], b[1]) for b in o.bufs],
-                              [h for _, h in o.events]), timeout)
+        self.control.send(peer, ("hello", self.slots, [(b[3], b[1]) for b in o.bufs],
+                                 [h for _, h in o.events]), timeout)
         return o
 
-    def _connect_in(self, peer: int, timeout: float | None) -> _In:
+    def _connect_in(self, peer: int, timeout: float | None,
+                    poll: Callable[[], None] | None = None) -> _In:
         i = self._in.get(peer)
         if i is not None:
             return i
-        _, slots, handles, ev_handles = self._next(peer, "hello", timeout)
+        _, slots, handles, ev_handles = self._next(peer, "hello", timeout, poll)
         if slots != len(handles) or slots != len(ev_handles) or slots < 1:
             raise ChannelError(f"{self.name}: bad IPC hello from rank {peer}")
         i = _In()
@@ -211,22 +198,24 @@ class CudaIpcCommunicator(ExchangingCommunicator):
         i.events = [self.dev.open_event(h) for h in ev_handles]
         i.own = [self.dev.new_event() for _ in range(slots)]
         self._in[peer] = i
-        self.side.send(peer, ("hello-ack", [h for _, h in i.own]), timeout)
+        self.control.send(peer, ("hello-ack", [h for _, h in i.own]), timeout)
         return i
 
-    def _peer_events(self, o: _Out, peer: int, timeout: float | None) -> list[Any]:
+    def _peer_events(self, o: _Out, peer: int, timeout: float | None,
+                     poll: Callable[[], None] | None = None) -> list[Any]:
         if o.peer_events is None:
-            _, handles = self._next(peer, "hello-ack", timeout)
+            _, handles = self._next(peer, "hello-ack", timeout, poll)
             if len(handles) != self.slots:
                 raise ChannelError(f"{self.name}: bad IPC hello-ack from rank {peer}")
             o.peer_events = [self.dev.open_event(h) for h in handles]
         return o.peer_events
 
-    def _await_ack(self, o: _Out, peer: int, use: int, timeout: float | None) -> None:
+    def _await_ack(self, o: _Out, peer: int, use: int, timeout: float | None,
+                   poll: Callable[[], None]) -> None:
         """Take acknowledgements until use ``use`` of the pair is acknowledged."""
-        self._peer_events(o, peer, timeout)
+        self._peer_events(o, peer, timeout, poll)
         while o.acked <= use:
-            _, n, k, gen = self._next(peer, "ack", timeout)
+            _, n, k, gen = self._next(peer, "ack", timeout, poll)
             if n != o.acked:
                 raise ChannelError(f"{self.name}: rank {peer} acknowledged use {n}, "
                                    f"expected {o.acked}")
@@ -240,38 +229,33 @@ class CudaIpcCommunicator(ExchangingCommunicator):
                         keep.append((slot, g, ptr))
                 o.retired = keep
 
-    # ---------------------------------------------------------------- p2p
-    def send(self, value: Any, peer: int, timeout: float | None = None, *,
-             shape: Any = None, dtype: Any = None) -> None:
-        """Send ``value`` to ``peer`` (``shape``/``dtype``: a static edge's declaration).
+    def connect(self, peers: Sequence[int], timeout: float | None) -> None:
+        """Exchange handles with every rank in ``peers``, both directions (all sends
+        first, then all reads: deadlock-free)."""
+        for p in peers:
+            self._connect_out(p, timeout)
+        for p in peers:
+            self._connect_in(p, timeout)
+        for p in peers:
+            self._peer_events(self._out[p], p, timeout)
 
-        Raises:
-            ChannelTimeoutError: ``peer`` stayed ``slots`` values behind for ``timeout`` s.
-            ChannelClosedError: aborted or destroyed. ValueError: bad peer.
-        """
-        self._check_peer(peer)
-        smeta = None
-        if shape is not None and dtype:
-            key = (tuple(int(d) for d in shape), str(dtype))
-            smeta = self._static.get(key) or self._static.setdefault(key, static_meta(*key))
-        hdr, tensors = header_for(value, "p2p", self.is_device, smeta, self.name)
-        self._op(self._send, peer, hdr, tensors, self._t(timeout))
-
-    def _send(self, peer: int, hdr: Header, tensors: list[Any], timeout: float | None) -> None:
+    # ---------------------------------------------------------------- writer
+    def reserve(self, peer: int, timeout: float | None, poll: Callable[[], None]) -> None:
         o = self._connect_out(peer, timeout)
-        if hdr.status == STATUS_ERROR or not tensors:
-            self.side.send(peer, ("hdr", hdr), timeout)
-            return
-        n, k = o.n, o.n % self.slots
-        stream, dev = self._stream, self.dev
+        n = o.n
         if n >= self.slots:
-            self._await_ack(o, peer, n - self.slots, timeout)
-            dev.wait(stream, o.peer_events[k])  # type: ignore[index] # reader's copy is out
-        ready = comm_ready(self.streams, tensors)
+            self._await_ack(o, peer, n - self.slots, timeout, poll)
+            # the reader's copy out of this slot is done (a device-side wait)
+            self.dev.wait(self._stream, o.peer_events[n % self.slots])  # type: ignore[index]
+
+    def _put(self, peer: int, bufs: Sequence[Any]) -> None:
+        o = self._out[peer]  # reserve() connected it
+        n, k, dev = o.n, o.n % self.slots, self.dev
+        sizes = [b.numel() * b.element_size() for b in bufs]
         offsets, total = [], 0
-        for t in ready:
+        for nb in sizes:
             offsets.append(total)
-            total = _align(total + t.numel() * t.element_size())
+            total = _align(total + nb)
         ptr, cap, gen, _h = o.bufs[k]
         new = None
         if total > cap:
@@ -281,140 +265,121 @@ class CudaIpcCommunicator(ExchangingCommunicator):
             gen += 1
             o.bufs[k] = [ptr, cap, gen, handle]
             new = (handle, cap)
-        for t, off in zip(ready, offsets, strict=True):
-            nb = t.numel() * t.element_size()
+        for b, off, nb in zip(bufs, offsets, sizes, strict=True):
             if nb:
-                dev.copy(ptr + off, t.data_ptr(), nb, stream)
-        dev.record(o.events[k][0], stream)
-        self.side.send(peer, ("hdr", hdr._replace(ext=(n, k, tuple(offsets), gen, new))),
-                       timeout)
+                dev.copy(ptr + off, b.data_ptr(), nb, self._stream)
+        dev.record(o.events[k][0], self._stream)
+        o.described = (n, k, tuple(offsets), gen, new)
         o.n = n + 1
 
-    def recv(self, peer: int, shape: Any = None, dtype: Any = None,
-             timeout: float | None = None) -> Any:
-        """The next value from ``peer`` (``shape``/``dtype`` are accepted for symmetry with
-        NCCL; IPC needs no posted receive).
+    def described(self, peer: int) -> Any:
+        o = self._out[peer]
+        ext, o.described = o.described, None
+        return ext
 
-        Raises:
-            ChannelTimeoutError: nothing within ``timeout`` s. ChannelClosedError: aborted.
-            ChannelError: malformed or out-of-order messages.
-        """
-        self._check_peer(peer)
-        return self._op(self._recv, peer, "p2p", self._t(timeout))
-
-    def _recv(self, peer: int, tag: str, timeout: float | None) -> Any:
-        i = self._connect_in(peer, timeout)
-        _, hdr = self._next(peer, "hdr", timeout)
-        if not isinstance(hdr, Header) or hdr.tag != tag:
-            got = hdr.tag if isinstance(hdr, Header) else type(hdr).__name__
-            raise ChannelError(f"{self.name}: call order differs: rank {self.rank} runs {tag}, "
-                               f"rank {peer} sent {got}")
-        if hdr.status == STATUS_ERROR or hdr.ext is None:
-            return open_header(hdr, [])
-        n, k, offsets, gen, new = hdr.ext
-        if n != i.n or not 0 <= k < len(i.maps) or len(offsets) != len(hdr.metas):
+    # ---------------------------------------------------------------- reader
+    def expect(self, peer: int, ext: Any, timeout: float | None,
+               poll: Callable[[], None]) -> None:
+        i = self._connect_in(peer, timeout, poll)
+        i.expected = None
+        if ext is None:
+            return
+        try:
+            n, k, offsets, gen, new = ext
+            n, k, gen = int(n), int(k), int(gen)
+            offsets = tuple(int(o) for o in offsets)
+        except (TypeError, ValueError):
+            raise ChannelError(f"{self.name}: rank {peer} sent a malformed description "
+                               "of its bytes") from None
+        if n != i.n or not 0 <= k < len(i.maps):
             raise ChannelError(f"{self.name}: rank {peer} sent use {n} slot {k}, expected "
                                f"use {i.n}")
         i.n = n + 1
-        dev, stream = self.dev, self._stream
+        dev = self.dev
         if new is not None:
             # The slot grew: our last copy from the old mapping must finish before we close
             # it (rare; a CPU wait), then map the new buffer.
             dev.sync_event(i.own[k][0])
             dev.close(i.maps[k][0])
             i.maps[k] = [dev.open(new[0]), gen, int(new[1])]
-        ptr, _gen, cap = i.maps[k]
-        dev.wait(stream, i.events[k])  # the writer's copy into slot k is done
-        kw = {"device": self._torch_device} if self._torch_device is not None else {}
-        with self.streams.comm_context():
-            outs = [torch.empty(m.shape, dtype=torch_dtype(m.dtype), **kw) for m in hdr.metas]
-        for t, off in zip(outs, offsets, strict=True):
-            nb = t.numel() * t.element_size()
+        dev.wait(self._stream, i.events[k])  # the writer's copy into slot k is done
+        i.expected = (n, k, offsets)
+
+    def _take(self, peer: int, bufs: Sequence[Any]) -> None:
+        i = self._in.get(peer)
+        if i is None or i.expected is None:
+            raise ChannelError(f"{self.name}: rank {peer}'s header described no bytes")
+        n, k, offsets = i.expected
+        i.expected = None
+        if len(offsets) != len(bufs):
+            raise ChannelError(f"{self.name}: rank {peer} described {len(offsets)} buffers, "
+                               f"{len(bufs)} expected")
+        ptr, gen, cap = i.maps[k]
+        sizes = [b.numel() * b.element_size() for b in bufs]
+        for off, nb in zip(offsets, sizes, strict=True):
             if off < 0 or off + nb > cap:
                 raise ChannelError(f"{self.name}: rank {peer} described bytes outside slot {k}")
+        for b, off, nb in zip(bufs, offsets, sizes, strict=True):
             if nb:
-                dev.copy(t.data_ptr(), ptr + off, nb, stream)
-        dev.record(i.own[k][0], stream)
-        self.side.send(peer, ("ack", n, k, i.maps[k][1]), timeout)
-        ev = self.streams.comm_done()
-        self.last_event = ev
-        self.streams.mark_compute_use(outs)
-        self.streams.received(ev)
-        return open_header(hdr, outs)
+                self.dev.copy(b.data_ptr(), ptr + off, nb, self._stream)
+        self.dev.record(i.own[k][0], self._stream)
+        self.control.send(peer, ("ack", n, k, gen), self.timeout)
 
-    # ---------------------------------------------------------------- collectives
-    def _exchange(self, tag: str, value: Any, timeout: float | None) -> list[Any]:
-        hdr, tensors = header_for(value, tag, self.is_device, None, self.name)
+    # ---------------------------------------------------------------- groups
+    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
+        """The sends of one value to one peer (after ``reserve``), or the receives of one
+        value from one peer (after ``expect``).
+
+        Raises:
+            ChannelError: several peers in one group, or receives that do not match the
+                description taken by ``expect``.
+        """
+        for group, move in ((sends, self._put), (recvs, self._take)):
+            if not group:
+                continue
+            peer = group[0][1]
+            if any(p != peer for _, p in group):
+                raise ChannelError(f"{self.name}: one p2p group moves one value to or from "
+                                   f"one peer (got peers {sorted({p for _, p in group})})")
+            move(peer, [b for b, _ in group])
+
+    def _gather(self, send: Any) -> list[Any]:
+        if self._aborted:
+            raise ChannelClosedError(f"{self.name}: rank {self.rank} was aborted")
+        peers = [p for p in range(self.world_size) if p != self.rank]
+        live = send.numel() > 0
+        for p in peers:
+            if live:
+                self.reserve(p, self.timeout, self._poll)
+                self._put(p, [send])
+                self.control.send(p, ("desc", self.described(p)), self.timeout)
+        parts = []
         for p in range(self.world_size):
-            if p != self.rank:
-                self._send(p, hdr, tensors, timeout)
-        return [value if p == self.rank else self._recv(p, tag, timeout)
-                for p in range(self.world_size)]
+            if p == self.rank:
+                parts.append(send)
+                continue
+            with self._context():
+                part = send.new_empty(send.shape)
+            if live:
+                _, ext = self._next(p, "desc", self.timeout)
+                self.expect(p, ext, self.timeout, self._poll)
+                self._take(p, [part])
+            parts.append(part)
+        return parts
 
-    def _exchanged(self, tag: str, value: Any, timeout: float | None,
-                   finish: Callable[[list[Any]], Any]) -> Any:
-        def run() -> Any:
-            vals = self._exchange(tag, value, self._t(timeout))
-            err = first_error(vals)
-            if err is not None:
-                return err
-            self.streams.comm_after_compute()
-            with self.streams.comm_context():
-                out = finish(vals)
-            ev = self.streams.comm_done()
-            self.last_event = ev
-            outs = out if isinstance(out, list) else [out]
-            self.streams.mark_compute_use([t for t in outs if self.is_device(t)])
-            self.streams.received(ev)
-            return out
-        return self._op(run)
-
-    # ---------------------------------------------------------------- set-up / teardown
-    def warm_up(self, peers: Any, timeout: float | None = 60.0,
-                collective: bool = False) -> None:
-        """Exchange handles with every peer in ``peers`` (both directions) and move one
-        1-element tensor each way, so the first real value pays no set-up. Every member
-        of a pair must call it (all sends first, then all receives: deadlock-free).
-        ``collective``: collectives here are exchanges between all pairs, so every rank
-        is warmed with every other."""
-        if collective:
-            peers = range(self.world_size)
-        peers = sorted(set(peers) - {self.rank})
-
-        def run() -> None:
-            one = self._one()
-            hdr, tensors = header_for(one, "p2p", self.is_device, None, self.name)
-            for p in peers:
-                self._send(p, hdr, tensors, timeout)
-            for p in peers:
-                self._recv(p, "p2p", timeout)
-            for p in peers:
-                self._peer_events(self._out[p], p, timeout)
-        self._op(run)
-
-    def _one(self) -> Any:
-        if self._torch_device is not None:
-            return torch.zeros(1, dtype=torch.uint8, device=self._torch_device)
-        return torch.zeros(1, dtype=torch.uint8)
-
+    # ---------------------------------------------------------------- teardown
     def abort(self) -> None:
         """Wake every wait of this rank (and of peers reading from it). Idempotent."""
         if not self._aborted:
             self._aborted = True
-            self.side.poison()
+            self.control.poison()
 
     def destroy(self, linger: float = 2.0) -> None:
-        """Release buffers, mappings, events and side-channels. Safe from another thread:
-        while an op runs there it only aborts; the owner's next ``destroy()`` releases."""
-        if self._released:
-            return
-        if self._busy:
-            self.abort()
-            return
-        self._released = True
+        """Release buffers, mappings, events and the control rings (our copies out of
+        peers' buffers finish first)."""
         dev = self.dev
         try:
-            for i in self._in.values():  # our copies out of peers' buffers must finish
+            for i in self._in.values():
                 for ev, _h in i.own:
                     _quiet(dev.sync_event, ev)
                 for ptr, _g, _c in i.maps:
@@ -439,7 +404,53 @@ class CudaIpcCommunicator(ExchangingCommunicator):
         finally:
             self._in.clear()
             self._out.clear()
-            self.side.close(linger=0 if self._aborted else linger)
+            self.control.close(linger=0 if self._aborted else linger)
+
+
+class CudaIpcCommunicator(DeviceCommunicator):
+    """Rank ``rank`` of a group of actors on one GPU: the device protocol over
+    ``IpcTransport`` (see module doc).
+
+    Args:
+        rank, world_size: this member's rank and the group size.
+        prefix: unique name prefix (from the runtime) for the transport's control rings,
+            and for the protocol's side-channels unless ``side``/``side_factory`` is given.
+        side / side_factory: the protocol's side-channels (as for ``NcclCommunicator``).
+        streams: the actor's ``ActorStreams`` (``NullStreams`` with ``ShmIpcDevice``).
+        device: the ``IpcDevice`` (default: ``CudaIpcDevice`` on the streams' device).
+        slots: values a writer may be ahead of a reader on one pair.
+        slot_bytes: initial capacity of each slot (grows on demand).
+        timeout: default for calls that pass ``timeout=None`` (None: until closed).
+        is_device: which objects move as device tensors (default: CUDA tensors).
+
+    Raises:
+        ChannelError: no CUDA and no ``device``. ValueError: no ``prefix``.
+    """
+
+    def __init__(self, rank: int, world_size: int, *, prefix: str | None = None,
+                 side: SideChannels | None = None, side_factory: SideFactory | None = None,
+                 streams: Any = None, device: IpcDevice | None = None, slots: int = 2,
+                 slot_bytes: int = 1 << 20, timeout: float | None = None, name: str = "",
+                 is_device: Callable[[Any], bool] | None = None) -> None:
+        if prefix is None:
+            raise ValueError("CudaIpcCommunicator: pass prefix (its control rings need one)")
+        streams = streams if streams is not None else actor_streams()
+        if device is None:
+            if not getattr(streams, "is_cuda", False):
+                raise ChannelError("CudaIpcCommunicator needs CUDA (or an IpcDevice)")
+            device = CudaIpcDevice(streams.device.index)
+        name = name or f"CUDA IPC communicator (rank {rank} of {world_size})"
+        proto_side = open_side(side, side_factory, prefix, rank, world_size,
+                               "CudaIpcCommunicator")
+        try:
+            control = ShmSideChannels(f"{prefix}i", rank, world_size)
+        except BaseException:
+            proto_side.close(linger=0)
+            raise
+        tr = IpcTransport(rank, world_size, control=control, streams=streams, device=device,
+                          slots=slots, slot_bytes=slot_bytes, timeout=timeout,
+                          is_device=is_device or is_cuda_tensor, name=name)
+        super().__init__(tr, proto_side, streams, name=name, timeout=timeout)
 
 
 def _quiet(fn: Callable[..., Any], *args: Any) -> None:

@@ -33,10 +33,11 @@ from cgc.runtime.channels.errors import ChannelTimeoutError
 from cgc.runtime.errors import SetupError
 
 from .nccl_lib import DTYPES, OPS, UINT8, NcclHandle, NcclLib, nccl_lib
-from .protocol import DeviceCommunicator, DeviceTransport
+from .protocol import DeviceCommunicator
 from .sidechannel import SideChannels, SideFactory, exchange, open_side
 from .streams import actor_streams
 from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
+from .transport import DeviceTransport
 
 __all__ = ["NcclTransport", "NcclCommunicator", "make_unique_id", "nccl_dtype"]
 
@@ -141,7 +142,7 @@ class NcclTransport(DeviceTransport):
     def abort(self) -> None:
         self.lib.abort(self.h)
 
-    def destroy(self) -> None:
+    def destroy(self, linger: float = 2.0) -> None:
         self.lib.destroy(self.h, time.monotonic() + 10.0)
 
 

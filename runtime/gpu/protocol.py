@@ -23,6 +23,10 @@ hold device tensors. It owns the *protocol*; a ``DeviceTransport`` owns the *byt
   every member; host values on every member reduce locally (the CPU communicator's
   semantics); otherwise one native collective runs on the transport.
 
+A *describing* transport (CUDA IPC; see ``transport``) turns the p2p order around: a
+send's bytes are queued first and the header says where they are (``ext``); a receive is
+posted after its header is read, on static edges too, and an error needs no dummy.
+
 Every wait has the caller's ``timeout`` (or the communicator's default) and polls the
 transport's health (``check``, e.g. NCCL async errors) while it waits; ``abort()`` from any
 thread wakes every waiter with ``ChannelClosedError`` and aborts the transport.
@@ -36,7 +40,6 @@ tensors standing in for device tensors, bytes through shared memory).
 
 from __future__ import annotations
 
-import abc
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,8 +62,9 @@ from .tensors import (
     tensor_meta,
     torch_dtype,
 )
+from .transport import DeviceTransport
 
-__all__ = ["DeviceTransport", "DeviceCommunicator", "collective_plan", "comm_ready", "header_for"]
+__all__ = ["DeviceCommunicator", "collective_plan", "comm_ready", "header_for"]
 
 
 def comm_ready(streams: Any, tensors: Sequence[Any]) -> list[Any]:
@@ -77,56 +81,6 @@ def comm_ready(streams: Any, tensors: Sequence[Any]) -> list[Any]:
             t = t.detach()
             out.append(t if t.is_contiguous() else t.contiguous())
     return out
-
-
-class DeviceTransport(abc.ABC):
-    """Moves tensor bytes between the ranks of one group, in call order, on the comm stream.
-
-    Calls return once queued; completion is observed through stream events. Buffers are
-    torch tensors (flat ``uint8`` for p2p; typed for reductions).
-    """
-
-    rank: int
-    world_size: int
-
-    @abc.abstractmethod
-    def is_device(self, obj: Any) -> bool:
-        """True for the objects this transport moves (CUDA tensors; any tensor on CPU)."""
-
-    @abc.abstractmethod
-    def empty(self, meta: TensorMeta) -> Any:
-        """A new tensor to receive ``meta`` into (allocated on the current stream)."""
-
-    @abc.abstractmethod
-    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
-        """One group of ``uint8`` sends ``(buf, peer)`` and receives ``(buf, peer)``."""
-
-    @abc.abstractmethod
-    def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
-        """``recv = op(send over ranks)`` (``op`` is never AVG: the protocol divides)."""
-
-    @abc.abstractmethod
-    def allgather(self, send: Any, recv: Any) -> None:
-        """``recv`` (``world_size`` × ``send``, flat) gets every rank's ``send`` in order."""
-
-    @abc.abstractmethod
-    def reducescatter(self, send: Any, recv: Any, op: ReduceOp) -> None:
-        """``recv`` gets chunk ``rank`` of ``op(send over ranks)``."""
-
-    def unsupported(self, dtype: str, op: ReduceOp | None) -> str | None:
-        """Why this transport cannot reduce ``dtype`` with ``op`` (None: it can)."""
-        return None
-
-    def check(self) -> None:  # noqa: B027 - optional hook: most transports never fail late
-        """Raise if the transport failed asynchronously (polled while waiting)."""
-
-    @abc.abstractmethod
-    def abort(self) -> None:
-        """End any hang now (from any thread); later calls raise ChannelClosedError."""
-
-    @abc.abstractmethod
-    def destroy(self) -> None:
-        """Release the transport (also after ``abort``, then only what is left)."""
 
 
 def header_for(value: Any, tag: str, is_device: Callable[[Any], bool],
@@ -315,6 +269,9 @@ class DeviceCommunicator(Communicator):
         smeta = self._static_meta(shape, dtype) if shape is not None and dtype else None
         tr = self.transport
         hdr, tensors = header_for(value, "p2p", tr.is_device, smeta, self.name)
+        if tr.describes:
+            self._send_described(hdr, tensors, peer, timeout)
+            return
         self.side.send(peer, hdr, timeout)
         if hdr.status == STATUS_ERROR:
             if smeta is None:
@@ -325,6 +282,17 @@ class DeviceCommunicator(Communicator):
             # No event, no compute-stream wait: nothing on this rank consumes a send; the
             # bytes stay valid (record_stream in _ready, comm-pool copies otherwise).
             tr.p2p(sends, ())
+
+    def _send_described(self, hdr: Header, tensors: list[Any], peer: int,
+                        timeout: float | None) -> None:
+        """A describing transport's send: the bytes first, then the header saying where
+        they are. An error needs no dummy: the receiver reads the header before posting."""
+        tr = self.transport
+        if hdr.status != STATUS_ERROR and any(t.numel() for t in tensors):
+            tr.reserve(peer, timeout, self._poll)
+            tr.p2p([(t, peer) for t in self._ready(tensors) if t.numel()], ())
+            hdr = hdr._replace(ext=tr.described(peer))
+        self.side.send(peer, hdr, timeout)
 
     def recv(self, peer: int, shape: Any = None, dtype: Any = None,
              timeout: float | None = None) -> Any:
@@ -344,8 +312,8 @@ class DeviceCommunicator(Communicator):
 
     def _recv(self, peer: int, shape: Any, dtype: Any, timeout: float | None) -> Any:
         tr = self.transport
-        if shape is not None and dtype:
-            meta = self._static_meta(shape, dtype)
+        meta = self._static_meta(shape, dtype) if shape is not None and dtype else None
+        if meta is not None and not tr.describes:
             (out,) = self._alloc([meta])
             if meta.nbytes:
                 tr.p2p((), [(as_bytes(out), peer)])  # posted before the header is read
@@ -353,20 +321,28 @@ class DeviceCommunicator(Communicator):
             hdr = self._recv_header(peer, timeout, "p2p")
             if hdr.status == STATUS_ERROR:
                 return hdr.error
-            if hdr.metas != (meta,) or hdr.skeleton is not None:
-                raise ChannelError(f"{self.name}: rank {peer} sent {hdr.metas} on a static "
-                                   f"edge declared {meta}")
+            self._check_static(hdr, meta, peer)
             return out
         hdr = self._recv_header(peer, timeout, "p2p")
         if hdr.status == STATUS_ERROR:
             return hdr.error
+        if meta is not None:
+            self._check_static(hdr, meta, peer)
+        if tr.describes:
+            tr.expect(peer, hdr.ext, timeout, self._poll)
         tensors = self._alloc(hdr.metas)
-        recvs = [(as_bytes(t), peer) for t, m in zip(tensors, hdr.metas, strict=True)
-                 if m.nbytes]
+        # A describing transport addresses tensors by pointer: no uint8 view (~µs each).
+        flat = _same if tr.describes else as_bytes
+        recvs = [(flat(t), peer) for t, m in zip(tensors, hdr.metas, strict=True) if m.nbytes]
         if recvs:
             tr.p2p((), recvs)
             self._finish(tensors)
         return open_header(hdr, tensors)
+
+    def _check_static(self, hdr: Header, meta: TensorMeta, peer: int) -> None:
+        if hdr.metas != (meta,) or hdr.skeleton is not None:
+            raise ChannelError(f"{self.name}: rank {peer} sent {hdr.metas} on a static "
+                               f"edge declared {meta}")
 
     # ---------------------------------------------------------------- collectives
     def _status(self, value: Any) -> tuple[str, Any]:
@@ -495,8 +471,15 @@ class DeviceCommunicator(Communicator):
                 src = bufs.pop()
                 with self.streams.comm_context():
                     src.zero_()
-                self.transport.p2p([(src, p) for p in peers],
-                                   list(zip(bufs, peers, strict=True)))
+                if self.transport.describes:  # set up the pairs, then a value each way
+                    self.transport.connect(peers, timeout)
+                    for p in peers:
+                        self._send(src, p, timeout, None, None)
+                    for p in peers:
+                        self._recv(p, None, None, timeout)
+                else:
+                    self.transport.p2p([(src, p) for p in peers],
+                                       list(zip(bufs, peers, strict=True)))
             if collective:
                 (x,) = self._alloc([TensorMeta((1,), "float32", 4)])
                 with self.streams.comm_context():
@@ -532,9 +515,13 @@ class DeviceCommunicator(Communicator):
         try:
             if not self._aborted and not self.streams.drain(timeout=linger):
                 self.transport.abort()  # device work still queued: do not wait for it
-            self.transport.destroy()
+            self.transport.destroy(0 if self._aborted else linger)
         finally:
             self.side.close(linger=0 if self._aborted else linger)
+
+
+def _same(t: Any) -> Any:
+    return t
 
 
 def _tag_op(tag: str) -> ReduceOp | None:

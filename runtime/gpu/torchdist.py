@@ -31,10 +31,11 @@ from typing import Any
 from cgc.runtime.channels.collective import ReduceOp, scatter_part
 
 from .nccl import nccl_dtype
-from .protocol import DeviceCommunicator, DeviceTransport
+from .protocol import DeviceCommunicator
 from .sidechannel import SideChannels, SideFactory, open_side
 from .streams import NullStreams, actor_streams
 from .tensors import TensorMeta, cpu_stand_in, is_cuda_tensor, torch_dtype
+from .transport import DeviceTransport
 
 __all__ = ["TorchDistTransport", "TorchDistCommunicator"]
 
@@ -116,7 +117,7 @@ class TorchDistTransport(DeviceTransport):
             except Exception:  # noqa: BLE001 - best effort: the group may be gone already
                 pass
 
-    def destroy(self) -> None:
+    def destroy(self, linger: float = 2.0) -> None:
         return None  # the group belongs to the user
 
 

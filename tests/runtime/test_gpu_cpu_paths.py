@@ -515,18 +515,26 @@ def test_ipc_errors_static_checks_collectives_and_warm_up(prefix):
             c.send(torch.ones(3), 1, shape=(2,), dtype="float32")
         else:
             got = [c.recv(0), c.recv(0, shape=(2,), dtype="float32")]
+        try:  # the device protocol's rule, as over NCCL: tensors or arrays only
+            c.allgather({"r": r})
+        except TypeError as e:
+            bad = str(e)
         return (got if r else None,
                 c.allreduce(torch.tensor([r + 1.0, 2.0]), "product"),
-                c.allgather({"r": r}),
+                [t.tolist() for t in c.allgather(torch.tensor([r, 10 + r]))],
                 c.reducescatter(torch.arange(4) * (r + 1), "max"),
-                c.allreduce(err if r else torch.ones(1)))
+                c.allreduce(err if r else torch.ones(1)),
+                c.allgather(np.array([r])),
+                bad)
 
     a, b = run_ranks(lambda: rank(c0, 0), lambda: rank(c1, 1))
     assert b[0][0].message == "up" and "static edge" in b[0][1].message
     assert a[1].tolist() == b[1].tolist() == [2.0, 4.0]
-    assert a[2] == b[2] == [{"r": 0}, {"r": 1}]
+    assert a[2] == b[2] == [[0, 10], [1, 11]]
     assert a[3].tolist() == [0, 2] and b[3].tolist() == [4, 6]
     assert a[4].message == b[4].message == "up"
+    assert [x.tolist() for x in a[5]] == [x.tolist() for x in b[5]] == [[0], [1]]
+    assert "allgather: rank 0 contributed a dict" in a[6] == b[6]
     _destroy(c0, c1)
 
 
