@@ -36,9 +36,10 @@ next generation and keeps the old buffer until the reader acknowledges the new g
 then closes it).
 
 The transport's own messages (hello, hello-ack, acknowledgements, and the descriptions of
-collective contributions) travel on its own shared-memory rings (``<prefix>i...``), apart
-from the protocol's headers, so a rank waiting for a header is never woken by an
-acknowledgement. Collectives gather every rank's input over the same slots and reduce
+collective contributions) share each ordered pair's side-channel FIFO with the protocol's
+headers (``sidechannel.SharedSide`` sorts them by kind): an acknowledgement reaches the
+writer while it waits for the protocol's next message anyway, off its next send's path
+(a ring of their own cost ~10 µs per hop, measured). Collectives gather every rank's input over the same slots and reduce
 on the comm stream (``GatheringTransport``): on one GPU the N-fold copies run at
 device-memory bandwidth.
 
@@ -56,7 +57,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -66,7 +66,7 @@ from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
 
 from .ipc_devices import CudaIpcDevice, IpcDevice, ShmIpcDevice
 from .protocol import DeviceCommunicator
-from .sidechannel import ShmSideChannels, SideChannels, SideFactory, open_side
+from .sidechannel import SharedSide, SideChannels, SideFactory, open_side
 from .streams import actor_streams
 from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
 from .transport import GatheringTransport
@@ -74,7 +74,7 @@ from .transport import GatheringTransport
 __all__ = ["IpcTransport", "CudaIpcCommunicator"]
 
 _ALIGN = 256
-_KINDS = ("hello", "hello-ack", "ack", "desc")
+_ARITY = {"hello": 4, "hello-ack": 2, "ack": 4, "desc": 2}  # the transport's messages
 
 
 def _align(n: int) -> int:
@@ -116,7 +116,7 @@ class IpcTransport(GatheringTransport):
     """Rank ``rank`` of a CUDA IPC transport (see module doc).
 
     Args:
-        control: the transport's own side-channels (not the protocol's).
+        control: the side-channels it shares with the protocol (``SharedSide``).
         streams: the actor's ``ActorStreams`` (``NullStreams`` with ``ShmIpcDevice``).
         device: the ``IpcDevice``.
         slots, slot_bytes: values a writer may be ahead on one pair; initial slot size.
@@ -126,7 +126,7 @@ class IpcTransport(GatheringTransport):
 
     describes: ClassVar[bool] = True
 
-    def __init__(self, rank: int, world_size: int, *, control: SideChannels, streams: Any,
+    def __init__(self, rank: int, world_size: int, *, control: SharedSide, streams: Any,
                  device: IpcDevice, slots: int = 2, slot_bytes: int = 1 << 20,
                  timeout: float | None = None,
                  is_device: Callable[[Any], bool] = is_cuda_tensor, name: str = "") -> None:
@@ -142,7 +142,6 @@ class IpcTransport(GatheringTransport):
         self._is_device = is_device
         self._out: dict[int, _Out] = {}
         self._in: dict[int, _In] = {}
-        self._queues: dict[tuple[int, str], deque] = {}
         self._aborted = False
 
     def is_device(self, obj: Any) -> bool:
@@ -158,14 +157,11 @@ class IpcTransport(GatheringTransport):
 
     def _next(self, peer: int, kind: str, timeout: float | None,
               poll: Callable[[], None] | None = None) -> tuple:
-        """The next control message of ``kind`` from ``peer`` (others are queued)."""
-        q = self._queues.setdefault((peer, kind), deque())
-        while not q:
-            msg = self.control.recv(peer, timeout, poll or self._poll)
-            if type(msg) is not tuple or not msg or msg[0] not in _KINDS:
-                raise ChannelError(f"{self.name}: rank {peer} sent a malformed message")
-            self._queues.setdefault((peer, msg[0]), deque()).append(msg)
-        return q.popleft()
+        """The next transport message of ``kind`` from ``peer`` (others are queued)."""
+        msg = self.control.recv_kind(peer, kind, timeout, poll or self._poll)
+        if len(msg) != _ARITY[kind]:
+            raise ChannelError(f"{self.name}: rank {peer} sent a malformed {kind} message")
+        return msg
 
     def _context(self) -> contextlib.AbstractContextManager[Any]:
         return self.streams.comm_context()
@@ -375,8 +371,8 @@ class IpcTransport(GatheringTransport):
             self.control.poison()
 
     def destroy(self, linger: float = 2.0) -> None:
-        """Release buffers, mappings, events and the control rings (our copies out of
-        peers' buffers finish first)."""
+        """Release buffers, mappings and events (our copies out of peers' buffers finish
+        first); the shared side-channels are the protocol's to close."""
         dev = self.dev
         try:
             for i in self._in.values():
@@ -404,7 +400,6 @@ class IpcTransport(GatheringTransport):
         finally:
             self._in.clear()
             self._out.clear()
-            self.control.close(linger=0 if self._aborted else linger)
 
 
 class CudaIpcCommunicator(DeviceCommunicator):
@@ -413,9 +408,8 @@ class CudaIpcCommunicator(DeviceCommunicator):
 
     Args:
         rank, world_size: this member's rank and the group size.
-        prefix: unique name prefix (from the runtime) for the transport's control rings,
-            and for the protocol's side-channels unless ``side``/``side_factory`` is given.
-        side / side_factory: the protocol's side-channels (as for ``NcclCommunicator``).
+        prefix / side / side_factory: the side-channels (as for ``NcclCommunicator``),
+            shared by the protocol and the transport.
         streams: the actor's ``ActorStreams`` (``NullStreams`` with ``ShmIpcDevice``).
         device: the ``IpcDevice`` (default: ``CudaIpcDevice`` on the streams' device).
         slots: values a writer may be ahead of a reader on one pair.
@@ -424,7 +418,8 @@ class CudaIpcCommunicator(DeviceCommunicator):
         is_device: which objects move as device tensors (default: CUDA tensors).
 
     Raises:
-        ChannelError: no CUDA and no ``device``. ValueError: no ``prefix``.
+        ChannelError: no CUDA and no ``device``. ValueError: none of prefix, side,
+            side_factory.
     """
 
     def __init__(self, rank: int, world_size: int, *, prefix: str | None = None,
@@ -432,25 +427,18 @@ class CudaIpcCommunicator(DeviceCommunicator):
                  streams: Any = None, device: IpcDevice | None = None, slots: int = 2,
                  slot_bytes: int = 1 << 20, timeout: float | None = None, name: str = "",
                  is_device: Callable[[Any], bool] | None = None) -> None:
-        if prefix is None:
-            raise ValueError("CudaIpcCommunicator: pass prefix (its control rings need one)")
         streams = streams if streams is not None else actor_streams()
         if device is None:
             if not getattr(streams, "is_cuda", False):
                 raise ChannelError("CudaIpcCommunicator needs CUDA (or an IpcDevice)")
             device = CudaIpcDevice(streams.device.index)
         name = name or f"CUDA IPC communicator (rank {rank} of {world_size})"
-        proto_side = open_side(side, side_factory, prefix, rank, world_size,
-                               "CudaIpcCommunicator")
-        try:
-            control = ShmSideChannels(f"{prefix}i", rank, world_size)
-        except BaseException:
-            proto_side.close(linger=0)
-            raise
-        tr = IpcTransport(rank, world_size, control=control, streams=streams, device=device,
+        shared = SharedSide(open_side(side, side_factory, prefix, rank, world_size,
+                                      "CudaIpcCommunicator"), tuple(_ARITY))
+        tr = IpcTransport(rank, world_size, control=shared, streams=streams, device=device,
                           slots=slots, slot_bytes=slot_bytes, timeout=timeout,
                           is_device=is_device or is_cuda_tensor, name=name)
-        super().__init__(tr, proto_side, streams, name=name, timeout=timeout)
+        super().__init__(tr, shared, streams, name=name, timeout=timeout)
 
 
 def _quiet(fn: Callable[..., Any], *args: Any) -> None:

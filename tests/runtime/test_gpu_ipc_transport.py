@@ -41,11 +41,12 @@ def test_ipc_is_the_device_protocol_over_a_describing_transport(prefix):
         assert isinstance(c0, DeviceCommunicator) and isinstance(c0.transport, IpcTransport)
         assert c0.transport.describes
         c0.send(torch.arange(3.0), 1)
-        # The protocol's ring carries the header only: the transport's hello went to its
-        # own control ring, so a rank waiting for a header is never handed anything else.
+        # One FIFO per pair, sorted by kind: the protocol reads past the transport's hello
+        # to its header; the transport finds the hello queued.
+        assert c1.transport.control is c1.side
         hdr = c1.side.recv(0, timeout=5)
         assert hdr.tag == "p2p" and hdr.ext[:2] == (0, 0)
-        assert c1.transport.control.recv(0, timeout=5)[0] == "hello"
+        assert c1.side.recv_kind(0, "hello", timeout=5)[0] == "hello"
     finally:
         _destroy(c0, c1)
 
@@ -151,6 +152,18 @@ def test_static_edge_errors_need_no_dummy_and_the_pair_goes_on(prefix):
     _destroy(c0, c1)
 
 
-def test_a_communicator_needs_a_prefix():
-    with pytest.raises(ValueError, match="pass prefix"):
+def test_a_communicator_needs_side_channels():
+    with pytest.raises(ValueError, match="pass prefix, side or side_factory"):
         CudaIpcCommunicator(0, 2, streams=NullStreams(), device=ShmIpcDevice("x-", 0))
+
+
+def test_a_malformed_transport_message_is_a_clear_error(prefix):
+    c0, c1 = _pair(prefix, slots=1)
+    try:
+        run_ranks(lambda: c0.warm_up([1], 10), lambda: c1.warm_up([0], 10))
+        c0.send(torch.ones(2), 1)  # c1 does not take it: no acknowledgement comes
+        c1.side.send(0, ("ack", 1))  # an acknowledgement missing its fields
+        with pytest.raises(ChannelError, match="rank 1 sent a malformed ack message"):
+            c0.send(torch.ones(2), 1, timeout=5)  # the one slot needs that acknowledgement
+    finally:
+        _destroy(c0, c1)
