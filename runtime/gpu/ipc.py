@@ -276,10 +276,13 @@ class IpcTransport(GatheringTransport):
     # ---------------------------------------------------------------- reader
     def expect(self, peer: int, ext: Any, timeout: float | None,
                poll: Callable[[], None]) -> None:
+        if ext is None:  # no bytes (maybe no pair yet: a peer sending host values only)
+            i = self._in.get(peer)
+            if i is not None:
+                i.expected = None
+            return
         i = self._connect_in(peer, timeout, poll)
         i.expected = None
-        if ext is None:
-            return
         try:
             n, k, offsets, gen, new = ext
             n, k, gen = int(n), int(k), int(gen)

@@ -51,6 +51,28 @@ def test_ipc_is_the_device_protocol_over_a_describing_transport(prefix):
         _destroy(c0, c1)
 
 
+def test_host_values_one_way_need_no_pair_that_way(prefix):
+    # No warm-up: rank 1 only ever answers with host values, so it never sets up a pair
+    # towards rank 0, and rank 0's receives must not wait for one.
+    c0, c1 = _pair(prefix, timeout=5)
+
+    def r0():
+        out = []
+        for i in range(5):
+            c0.send(torch.full((3,), float(i)), 1)
+            out.append(c0.recv(1))
+        return out
+
+    def r1():
+        for _ in range(5):
+            c1.send(float(c1.recv(0).sum()), 0)
+
+    got, _ = run_ranks(r0, r1)
+    assert got == [0.0, 3.0, 6.0, 9.0, 12.0]
+    assert 0 not in c1.transport._out  # noqa: SLF001 - no pair towards rank 0
+    _destroy(c0, c1)
+
+
 def test_a_writer_slots_ahead_waits_and_times_out(prefix):
     c0, c1 = _pair(prefix, slots=2)
     try:
