@@ -16,13 +16,13 @@ Per ordered pair writer -> reader, set up at the first transfer (or ``warm_up``)
 
 Per value with tensor bytes (use ``n`` of the pair, slot ``k = n % slots``):
 
-1. writer (``reserve``, ``p2p``): once use ``n - slots`` is acknowledged, its comm stream
+1. writer (``reserve``, ``put``): once use ``n - slots`` is acknowledged, its comm stream
    waits on the reader's event ``k`` (the reader's copy out of slot ``k`` is done: no CPU
    wait); the protocol makes the comm stream wait for the compute stream; each buffer is
    copied into slot ``k`` (offsets aligned to 256 bytes) and writer event ``k`` recorded;
    the protocol writes the header with ``ext = (n, k, offsets, generation, new handle or
-   None)`` (``described``);
-2. reader (``expect``, ``p2p``): after the header, its comm stream waits on writer event
+   None)`` (what ``put`` returns);
+2. reader (``expect``, ``take``): after the header, its comm stream waits on writer event
    ``k``; the protocol allocates the tensors; each is copied out, the reader records its
    own event ``k`` and sends the acknowledgement ``(n, k, generation)`` - without waiting
    for the copy: the writer waits on the reader's event on the device before it reuses
@@ -98,7 +98,6 @@ class _Out:
         self.n = 0  # uses sent
         self.acked = 0  # uses acknowledged
         self.retired: list[tuple[int, int, int]] = []  # (slot, generation, ptr)
-        self.described: Any = None  # ext of the last use, until the protocol takes it
 
 
 class _In:
@@ -244,7 +243,7 @@ class IpcTransport(GatheringTransport):
             # the reader's copy out of this slot is done (a device-side wait)
             self.dev.wait(self._stream, o.peer_events[n % self.slots])  # type: ignore[index]
 
-    def _put(self, peer: int, bufs: Sequence[Any]) -> None:
+    def put(self, peer: int, bufs: Sequence[Any]) -> Any:
         o = self._out[peer]  # reserve() connected it
         n, k, dev = o.n, o.n % self.slots, self.dev
         sizes = [b.numel() * b.element_size() for b in bufs]
@@ -265,13 +264,8 @@ class IpcTransport(GatheringTransport):
             if nb:
                 dev.copy(ptr + off, b.data_ptr(), nb, self._stream)
         dev.record(o.events[k][0], self._stream)
-        o.described = (n, k, tuple(offsets), gen, new)
         o.n = n + 1
-
-    def described(self, peer: int) -> Any:
-        o = self._out[peer]
-        ext, o.described = o.described, None
-        return ext
+        return (n, k, tuple(offsets), gen, new)
 
     # ---------------------------------------------------------------- reader
     def expect(self, peer: int, ext: Any, timeout: float | None,
@@ -286,7 +280,7 @@ class IpcTransport(GatheringTransport):
         try:
             n, k, offsets, gen, new = ext
             n, k, gen = int(n), int(k), int(gen)
-            offsets = tuple(int(o) for o in offsets)
+            offsets = tuple(map(int, offsets))
         except (TypeError, ValueError):
             raise ChannelError(f"{self.name}: rank {peer} sent a malformed description "
                                "of its bytes") from None
@@ -304,7 +298,7 @@ class IpcTransport(GatheringTransport):
         dev.wait(self._stream, i.events[k])  # the writer's copy into slot k is done
         i.expected = (n, k, offsets)
 
-    def _take(self, peer: int, bufs: Sequence[Any]) -> None:
+    def take(self, peer: int, bufs: Sequence[Any]) -> None:
         i = self._in.get(peer)
         if i is None or i.expected is None:
             raise ChannelError(f"{self.name}: rank {peer}'s header described no bytes")
@@ -326,18 +320,19 @@ class IpcTransport(GatheringTransport):
 
     # ---------------------------------------------------------------- groups
     def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
-        """The sends of one value to one peer (after ``reserve``), or the receives of one
-        value from one peer (after ``expect``).
+        """``put`` of the sends (one value, one peer, after ``reserve``; its description
+        is dropped: a caller that needs it calls ``put``), or ``take`` of the receives (one
+        value, one peer, after ``expect``).
 
         Raises:
             ChannelError: several peers in one group, or receives that do not match the
                 description taken by ``expect``.
         """
-        for group, move in ((sends, self._put), (recvs, self._take)):
+        for group, move in ((sends, self.put), (recvs, self.take)):
             if not group:
                 continue
             peer = group[0][1]
-            if any(p != peer for _, p in group):
+            if len(group) > 1 and any(p != peer for _, p in group):
                 raise ChannelError(f"{self.name}: one p2p group moves one value to or from "
                                    f"one peer (got peers {sorted({p for _, p in group})})")
             move(peer, [b for b, _ in group])
@@ -350,8 +345,7 @@ class IpcTransport(GatheringTransport):
         for p in peers:
             if live:
                 self.reserve(p, self.timeout, self._poll)
-                self._put(p, [send])
-                self.control.send(p, ("desc", self.described(p)), self.timeout)
+                self.control.send(p, ("desc", self.put(p, [send])), self.timeout)
         parts = []
         for p in range(self.world_size):
             if p == self.rank:
@@ -362,7 +356,7 @@ class IpcTransport(GatheringTransport):
             if live:
                 _, ext = self._next(p, "desc", self.timeout)
                 self.expect(p, ext, self.timeout, self._poll)
-                self._take(p, [part])
+                self.take(p, [part])
             parts.append(part)
         return parts
 

@@ -287,11 +287,11 @@ class DeviceCommunicator(Communicator):
                         timeout: float | None) -> None:
         """A describing transport's send: the bytes first, then the header saying where
         they are. An error needs no dummy: the receiver reads the header before posting."""
-        tr = self.transport
-        if hdr.status != STATUS_ERROR and any(t.numel() for t in tensors):
+        live = [t for t in tensors if t.numel()] if hdr.status != STATUS_ERROR else None
+        if live:
+            tr = self.transport
             tr.reserve(peer, timeout, self._poll)
-            tr.p2p([(t, peer) for t in self._ready(tensors) if t.numel()], ())
-            hdr = hdr._replace(ext=tr.described(peer))
+            hdr = hdr._replace(ext=tr.put(peer, self._ready(live)))
         self.side.send(peer, hdr, timeout)
 
     def recv(self, peer: int, shape: Any = None, dtype: Any = None,
@@ -328,12 +328,19 @@ class DeviceCommunicator(Communicator):
             return hdr.error
         if meta is not None:
             self._check_static(hdr, meta, peer)
+        if not hdr.metas:  # a host value: no stream, no transport (a stream context costs µs)
+            return open_header(hdr, [])
         if tr.describes:
             tr.expect(peer, hdr.ext, timeout, self._poll)
+            tensors = self._alloc(hdr.metas)
+            live = [t for t, m in zip(tensors, hdr.metas, strict=True) if m.nbytes]
+            if live:
+                tr.take(peer, live)
+                self._finish(tensors)
+            return open_header(hdr, tensors)
         tensors = self._alloc(hdr.metas)
-        # A describing transport addresses tensors by pointer: no uint8 view (~µs each).
-        flat = _same if tr.describes else as_bytes
-        recvs = [(flat(t), peer) for t, m in zip(tensors, hdr.metas, strict=True) if m.nbytes]
+        recvs = [(as_bytes(t), peer) for t, m in zip(tensors, hdr.metas, strict=True)
+                 if m.nbytes]
         if recvs:
             tr.p2p((), recvs)
             self._finish(tensors)
@@ -518,10 +525,6 @@ class DeviceCommunicator(Communicator):
             self.transport.destroy(0 if self._aborted else linger)
         finally:
             self.side.close(linger=0 if self._aborted else linger)
-
-
-def _same(t: Any) -> Any:
-    return t
 
 
 def _tag_op(tag: str) -> ReduceOp | None:

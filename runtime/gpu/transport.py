@@ -9,8 +9,9 @@ is written once above it. Transports differ in one way the protocol must know ab
   edges do that), a send is queued after its header is written;
 - a **describing** transport (CUDA IPC: ``describes = True``) places a send's bytes where
   the receiver maps them and says where in the header: the protocol ``reserve``s room,
-  queues the sends, writes the header with ``ext = described(peer)``; the receiver reads
-  the header, hands its ``ext`` to ``expect`` and then posts the receives.
+  ``put``s the tensors and writes the header with the description ``put`` returned as
+  ``ext``; the receiver reads the header, hands its ``ext`` to ``expect``, allocates, and
+  ``take``s the tensors.
 
 ``GatheringTransport`` implements the three collectives for transports that can only move
 bytes between pairs: every rank's input to every rank (``_gather``), then the one host
@@ -60,9 +61,8 @@ class DeviceTransport(abc.ABC):
     def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
         """One group of ``uint8`` sends ``(buf, peer)`` and receives ``(buf, peer)``.
 
-        A describing transport takes the sends of one value to one peer (after
-        ``reserve``) or the receives of one value from one peer (after ``expect``), as
-        the contiguous tensors themselves (any dtype: it addresses them by pointer).
+        A describing transport moves one value with one peer per group (``put``/``take``
+        are its protocol path).
         """
 
     @abc.abstractmethod
@@ -98,9 +98,19 @@ class DeviceTransport(abc.ABC):
             ChannelTimeoutError: no room within ``timeout`` s.
         """
 
-    def described(self, peer: int) -> Any:
-        """Where the sends just queued to ``peer`` are (the header's ``ext``)."""
-        return None
+    def put(self, peer: int, tensors: Sequence[Any]) -> Any:
+        """Queue one value's (contiguous, non-empty) tensors to ``peer`` after ``reserve``;
+        returns where they are (the header's ``ext``). Describing transports only."""
+        raise NotImplementedError(f"{type(self).__name__} is not a describing transport")
+
+    def take(self, peer: int, tensors: Sequence[Any]) -> None:
+        """Receive one value's (non-empty) tensors from ``peer`` after ``expect``.
+        Describing transports only.
+
+        Raises:
+            ChannelError: they do not match the description ``expect`` took.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not a describing transport")
 
     def expect(self, peer: int, ext: Any, timeout: float | None,  # noqa: B027
                poll: Callable[[], None]) -> None:
