@@ -132,7 +132,7 @@ class IpcTransport(GatheringTransport):
         self.rank, self.world_size = rank, world_size
         self.control, self.streams, self.dev = control, streams, device
         self._stream = streams.comm.cuda_stream if streams.comm is not None else 0
-        dev = getattr(streams, "device", None)
+        dev = streams.device
         self._empty_kw = {"device": dev} if dev is not None else {}
         self.slots = max(1, int(slots))
         self.slot_bytes = max(_ALIGN, int(slot_bytes))
@@ -426,7 +426,7 @@ class CudaIpcCommunicator(DeviceCommunicator):
                  is_device: Callable[[Any], bool] | None = None) -> None:
         streams = streams if streams is not None else actor_streams()
         if device is None:
-            if not getattr(streams, "is_cuda", False):
+            if not streams.is_cuda:
                 raise ChannelError("CudaIpcCommunicator needs CUDA (or an IpcDevice)")
             device = CudaIpcDevice(streams.device.index)
         name = name or f"CUDA IPC communicator (rank {rank} of {world_size})"
