@@ -67,3 +67,16 @@ def test_the_1000_call_ray_model_file_compiles(tmp_path):
     calls = [n for n in plan.proto.graph.nodes if n.method == "step"]
     assert len(calls) == 40
     assert len(plan.proto.graph.actors) == 4
+
+
+def test_the_ipc_path_rows_run_the_value_path_and_leave_no_segment(tmp_path):
+    from cgc.runtime.channels import list_segments
+
+    out = tmp_path / "ipc.json"
+    subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "ipc_path.py"), "--iters",
+                    "300", "--json", str(out)], cwd=tmp_path, check=True, timeout=300)
+    side = compare.Side("current", "x", sys.executable, ROOT, {})
+    first = compare.ipc_path_results(side, tmp_path, fresh=True)
+    assert compare.ipc_path_results(side, tmp_path, fresh=False) is first  # one run, two rows
+    assert first["send"] > 0 and first["recv"] > 0
+    assert list_segments("cgc-ipcpath-") == []

@@ -27,6 +27,9 @@ Rows:
   --device cpu`` (the communicator over ``ShmIpcDevice``; p50 of 1000): the whole hop, and
   the reader's receive path alone (header read -> ``recv`` returned); with both rows, one
   run per side per round serves the two.
+* ``ipc_send`` / ``ipc_recv``: the CUDA IPC communicator's value path in one process
+  (``ipc_path.py``: two ranks over ``ShmIpcDevice``, 20,000 hops of 1 KiB, no Ray, no
+  wake-ups): rank 0's ``send`` and rank 1's ``recv``, medians; one run serves both rows.
 
 The temporary worktree and venv are removed at the end.
 """
@@ -52,7 +55,7 @@ from bench_compile import ray_model_source
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "tools" / "bench"
-ROWS = ("compile", "echo", "echo_ray", "hop", "hop_reader")
+ROWS = ("compile", "echo", "echo_ray", "hop", "hop_reader", "ipc_send", "ipc_recv")
 COMPILES_PER_ROUND = 3
 ECHO_CASE = "echo, int"
 
@@ -198,6 +201,23 @@ def hop_results(side: Side, tmp: Path, fresh: bool) -> dict[str, float]:
 _HOP_LAST: dict[str, dict[str, float]] = {}
 
 
+def ipc_path_results(side: Side, tmp: Path, fresh: bool) -> dict[str, float]:
+    """Medians (µs) of ``ipc_path.py``'s send and recv, from one process (``fresh=False``:
+    the side's last run not yet reused, as for the hop rows)."""
+    if not fresh and side.name in _IPC_LAST:
+        return _IPC_LAST.pop(side.name)
+    out = tmp / f"{side.name}-ipc.json"
+    _run([side.python, str(BENCH / "ipc_path.py"), "--json", str(out)],
+         cwd=tmp, env=side.env, timeout=600)
+    res = json.loads(out.read_text())
+    if fresh:
+        _IPC_LAST[side.name] = res
+    return res
+
+
+_IPC_LAST: dict[str, dict[str, float]] = {}
+
+
 def measures(rows: list[str], tmp: Path) -> list[tuple[Row, Callable[[Side], float]]]:
     """(row, one measurement of a side) for each line of the table, in order."""
     out: list[tuple[Row, Callable[[Side], float]]] = []
@@ -220,6 +240,11 @@ def measures(rows: list[str], tmp: Path) -> list[tuple[Row, Callable[[Side], flo
         if key in rows:
             out.append((Row(f"CUDA IPC hop on CPU (ShmIpcDevice), 16 KiB: {col}, p50", "µs"),
                         lambda s, c=col: hop_results(s, tmp, fresh=c == "hop")[c]))
+    for key, col in (("ipc_send", "send"), ("ipc_recv", "recv")):
+        if key in rows:
+            out.append((Row(f"CUDA IPC value path in one process (ShmIpcDevice), 1 KiB: {col}, "
+                            "p50", "µs"),
+                        lambda s, c=col: ipc_path_results(s, tmp, fresh=c == "send")[c]))
     return out
 
 
