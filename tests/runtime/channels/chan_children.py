@@ -14,8 +14,9 @@ def _report(q, fn, *args):
         q.put(("err", type(e).__name__, str(e), traceback.format_exc()))
 
 
-def idle_reader(q, name, seconds):
-    """Block on an empty channel; report (wall s, cpu s, error type)."""
+def idle_reader(q, name, seconds, windows=1):
+    """Block on an empty channel ``windows`` times for ``seconds`` each; report
+    [(wall s, cpu s, error type)] per window (see the test for why several)."""
     from cgc.runtime.channels import ChannelTimeoutError, ShmRingReader
 
     def run():
@@ -24,17 +25,20 @@ def idle_reader(q, name, seconds):
             r.read(timeout=0.05)
         except ChannelTimeoutError:
             pass
-        ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        t0 = time.monotonic()
-        try:
-            r.read(timeout=seconds)
-            err = None
-        except ChannelTimeoutError as e:
-            err = type(e).__name__
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        out = []
+        for _ in range(windows):
+            ru0 = resource.getrusage(resource.RUSAGE_SELF)
+            t0 = time.monotonic()
+            try:
+                r.read(timeout=seconds)
+                err = None
+            except ChannelTimeoutError as e:
+                err = type(e).__name__
+            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+            out.append((time.monotonic() - t0, cpu, err))
         r.detach()
-        cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-        return time.monotonic() - t0, cpu, err
+        return out
 
     _report(q, run)
 

@@ -36,11 +36,16 @@ def _result(p, q, timeout=60):
 
 def test_idle_reader_uses_almost_no_cpu(prefix):
     w = ShmRingWriter.create(prefix + "c", slots=2, slot_bytes=256)
-    p, q = _start(kids.idle_reader, prefix + "c", 1.0)
-    wall, cpu, err = _result(p, q)
+    # Three 1 s windows, judged by the quietest: a reader that spins fails every window,
+    # a one-off burst on a loaded 2-core machine (ticks charged to a brief wake-up) only
+    # the window it falls in (as tests/runtime/idle_cpu.py does for whole graphs).
+    p, q = _start(kids.idle_reader, prefix + "c", 1.0, 3)
+    windows = _result(p, q)
     w.close()
-    assert err == "ChannelTimeoutError" and wall >= 0.9  # a timeout never fires early
-    assert cpu / wall < 0.02, f"idle reader used {100 * cpu / wall:.2f}% of a core"
+    for wall, _cpu, err in windows:
+        assert err == "ChannelTimeoutError" and wall >= 0.9  # a timeout never fires early
+    share = min(cpu / wall for wall, cpu, _ in windows)
+    assert share < 0.02, f"idle reader used {100 * share:.2f}% of a core at best: {windows}"
 
 
 def test_cross_process_echo_and_close_wakes_reader(prefix):
