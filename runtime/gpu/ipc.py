@@ -139,6 +139,7 @@ class IpcTransport(GatheringTransport):
         self.timeout = timeout
         self.name = name or f"CUDA IPC transport (rank {rank} of {world_size})"
         self._is_device = is_device
+        self.is_device = is_device  # type: ignore[method-assign,assignment] # no layer
         self._out: dict[int, _Out] = {}
         self._in: dict[int, _In] = {}
         self._aborted = False

@@ -99,13 +99,13 @@ class DeviceTransport(abc.ABC):
         """
 
     def put(self, peer: int, tensors: Sequence[Any]) -> Any:
-        """Queue one value's (contiguous, non-empty) tensors to ``peer`` after ``reserve``;
-        returns where they are (the header's ``ext``). Describing transports only."""
+        """Queue one value's (contiguous) tensors to ``peer`` after ``reserve``; returns
+        where they are (the header's ``ext``). Describing transports only."""
         raise NotImplementedError(f"{type(self).__name__} is not a describing transport")
 
     def take(self, peer: int, tensors: Sequence[Any]) -> None:
-        """Receive one value's (non-empty) tensors from ``peer`` after ``expect``.
-        Describing transports only.
+        """Receive one value's tensors from ``peer`` after ``expect``. Describing
+        transports only.
 
         Raises:
             ChannelError: they do not match the description ``expect`` took.

@@ -160,7 +160,7 @@ def test_static_edge_errors_need_no_dummy_and_the_pair_goes_on(prefix):
 
     def r0():
         c0.send(torch.ones(3), 1, shape=(2,), dtype="float32")  # breaks the declaration
-        c0.send(torch.zeros(0), 1)  # no bytes: no slot used
+        c0.send(torch.zeros(0), 1)  # an empty tensor: a slot, no copy
         c0.send(torch.full((2,), 7.0), 1, shape=(2,), dtype="float32")
 
     def r1():
@@ -170,7 +170,7 @@ def test_static_edge_errors_need_no_dummy_and_the_pair_goes_on(prefix):
     _, got = run_ranks(r0, r1)
     assert "static edge declares one tensor (2,)/float32" in got[0].message
     assert got[1].shape == (0,) and got[2].tolist() == [7.0, 7.0]
-    assert c0.transport._out[1].n == 1  # noqa: SLF001 - only the last value used a slot
+    assert c0.transport._out[1].n == 2  # noqa: SLF001 - the error used no slot
     _destroy(c0, c1)
 
 
