@@ -115,7 +115,7 @@ class IpcTransport(GatheringTransport):
     """Rank ``rank`` of a CUDA IPC transport (see module doc).
 
     Args:
-        control: the side-channels it shares with the protocol (``SharedSide``).
+        side: the side-channels it shares with the protocol (``SharedSide``).
         streams: the actor's ``ActorStreams`` (``NullStreams`` with ``ShmIpcDevice``).
         device: the ``IpcDevice``.
         slots, slot_bytes: values a writer may be ahead on one pair; initial slot size.
@@ -125,12 +125,12 @@ class IpcTransport(GatheringTransport):
 
     describes: ClassVar[bool] = True
 
-    def __init__(self, rank: int, world_size: int, *, control: SharedSide, streams: Any,
+    def __init__(self, rank: int, world_size: int, *, side: SharedSide, streams: Any,
                  device: IpcDevice, slots: int = 2, slot_bytes: int = 1 << 20,
                  timeout: float | None = None,
                  is_device: Callable[[Any], bool] = is_cuda_tensor, name: str = "") -> None:
         self.rank, self.world_size = rank, world_size
-        self.control, self.streams, self.dev = control, streams, device
+        self.side, self.streams, self.dev = side, streams, device
         self._stream = streams.comm.cuda_stream if streams.comm is not None else 0
         dev = streams.device
         self._empty_kw = {"device": dev} if dev is not None else {}
@@ -158,7 +158,7 @@ class IpcTransport(GatheringTransport):
     def _next(self, peer: int, kind: str, timeout: float | None,
               poll: Callable[[], None] | None = None) -> tuple:
         """The next transport message of ``kind`` from ``peer`` (others are queued)."""
-        msg = self.control.recv_kind(peer, kind, timeout, poll or self._poll)
+        msg = self.side.recv_kind(peer, kind, timeout, poll or self._poll)
         if len(msg) != _ARITY[kind]:
             raise ChannelError(f"{self.name}: rank {peer} sent a malformed {kind} message")
         return msg
@@ -177,7 +177,7 @@ class IpcTransport(GatheringTransport):
             o.bufs.append([ptr, self.slot_bytes, 0, handle])
         o.events = [self.dev.new_event() for _ in range(self.slots)]
         self._out[peer] = o
-        self.control.send(peer, ("hello", self.slots, [(b[3], b[1]) for b in o.bufs],
+        self.side.send(peer, ("hello", self.slots, [(b[3], b[1]) for b in o.bufs],
                                  [h for _, h in o.events]), timeout)
         return o
 
@@ -194,7 +194,7 @@ class IpcTransport(GatheringTransport):
         i.events = [self.dev.open_event(h) for h in ev_handles]
         i.own = [self.dev.new_event() for _ in range(slots)]
         self._in[peer] = i
-        self.control.send(peer, ("hello-ack", [h for _, h in i.own]), timeout)
+        self.side.send(peer, ("hello-ack", [h for _, h in i.own]), timeout)
         return i
 
     def _peer_events(self, o: _Out, peer: int, timeout: float | None,
@@ -317,7 +317,7 @@ class IpcTransport(GatheringTransport):
             if nb:
                 self.dev.copy(b.data_ptr(), ptr + off, nb, self._stream)
         self.dev.record(i.own[k][0], self._stream)
-        self.control.send(peer, ("ack", n, k, gen), self.timeout)
+        self.side.send(peer, ("ack", n, k, gen), self.timeout)
 
     # ---------------------------------------------------------------- groups
     def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
@@ -346,7 +346,7 @@ class IpcTransport(GatheringTransport):
         for p in peers:
             if live:
                 self.reserve(p, self.timeout, self._poll)
-                self.control.send(p, ("desc", self.put(p, [send])), self.timeout)
+                self.side.send(p, ("desc", self.put(p, [send])), self.timeout)
         parts = []
         for p in range(self.world_size):
             if p == self.rank:
@@ -366,7 +366,7 @@ class IpcTransport(GatheringTransport):
         """Wake every wait of this rank (and of peers reading from it). Idempotent."""
         if not self._aborted:
             self._aborted = True
-            self.control.poison()
+            self.side.poison()
 
     def destroy(self, linger: float = 2.0) -> None:
         """Release buffers, mappings and events (our copies out of peers' buffers finish
@@ -433,7 +433,7 @@ class CudaIpcCommunicator(DeviceCommunicator):
         name = name or f"CUDA IPC communicator (rank {rank} of {world_size})"
         shared = SharedSide(open_side(side, side_factory, prefix, rank, world_size,
                                       "CudaIpcCommunicator"), tuple(_ARITY))
-        tr = IpcTransport(rank, world_size, control=shared, streams=streams, device=device,
+        tr = IpcTransport(rank, world_size, side=shared, streams=streams, device=device,
                           slots=slots, slot_bytes=slot_bytes, timeout=timeout,
                           is_device=is_device or is_cuda_tensor, name=name)
         super().__init__(tr, shared, streams, name=name, timeout=timeout)

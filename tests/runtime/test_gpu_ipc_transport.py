@@ -43,7 +43,7 @@ def test_ipc_is_the_device_protocol_over_a_describing_transport(prefix):
         c0.send(torch.arange(3.0), 1)
         # One FIFO per pair, sorted by kind: the protocol reads past the transport's hello
         # to its header; the transport finds the hello queued.
-        assert c1.transport.control is c1.side
+        assert c1.transport.side is c1.side
         hdr = c1.side.recv(0, timeout=5)
         assert hdr.tag == "p2p" and hdr.ext[:2] == (0, 0)
         assert c1.side.recv_kind(0, "hello", timeout=5)[0] == "hello"
