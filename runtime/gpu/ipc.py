@@ -138,14 +138,13 @@ class IpcTransport(GatheringTransport):
         self.slot_bytes = max(_ALIGN, int(slot_bytes))
         self.timeout = timeout
         self.name = name or f"CUDA IPC transport (rank {rank} of {world_size})"
-        self._is_device = is_device
         self.is_device = is_device  # type: ignore[method-assign,assignment] # no layer
         self._out: dict[int, _Out] = {}
         self._in: dict[int, _In] = {}
         self._aborted = False
 
-    def is_device(self, obj: Any) -> bool:
-        return self._is_device(obj)
+    def is_device(self, obj: Any) -> bool:  # the default; __init__ puts the test given in its place
+        return is_cuda_tensor(obj)
 
     def empty(self, meta: TensorMeta) -> Any:
         return torch.empty(meta.shape, dtype=torch_dtype(meta.dtype), **self._empty_kw)
@@ -271,11 +270,8 @@ class IpcTransport(GatheringTransport):
     # ---------------------------------------------------------------- reader
     def expect(self, peer: int, ext: Any, timeout: float | None,
                poll: Callable[[], None]) -> None:
-        if ext is None:  # no bytes (maybe no pair yet: a peer sending host values only)
-            i = self._in.get(peer)
-            if i is not None:
-                i.expected = None
-            return
+        if ext is None:  # the protocol asks only for headers with tensors
+            raise ChannelError(f"{self.name}: rank {peer}'s header described no bytes")
         i = self._connect_in(peer, timeout, poll)
         i.expected = None
         try:
@@ -319,34 +315,14 @@ class IpcTransport(GatheringTransport):
         self.dev.record(i.own[k][0], self._stream)
         self.side.send(peer, ("ack", n, k, gen), self.timeout)
 
-    # ---------------------------------------------------------------- groups
-    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
-        """``put`` of the sends (one value, one peer, after ``reserve``; its description
-        is dropped: a caller that needs it calls ``put``), or ``take`` of the receives (one
-        value, one peer, after ``expect``).
-
-        Raises:
-            ChannelError: several peers in one group, or receives that do not match the
-                description taken by ``expect``.
-        """
-        for group, move in ((sends, self.put), (recvs, self.take)):
-            if not group:
-                continue
-            peer = group[0][1]
-            if len(group) > 1 and any(p != peer for _, p in group):
-                raise ChannelError(f"{self.name}: one p2p group moves one value to or from "
-                                   f"one peer (got peers {sorted({p for _, p in group})})")
-            move(peer, [b for b, _ in group])
-
+    # ---------------------------------------------------------------- collectives
     def _gather(self, send: Any) -> list[Any]:
-        if self._aborted:
-            raise ChannelClosedError(f"{self.name}: rank {self.rank} was aborted")
-        peers = [p for p in range(self.world_size) if p != self.rank]
         live = send.numel() > 0
-        for p in peers:
-            if live:
-                self.reserve(p, self.timeout, self._poll)
-                self.side.send(p, ("desc", self.put(p, [send])), self.timeout)
+        if live:
+            for p in range(self.world_size):
+                if p != self.rank:
+                    self.reserve(p, self.timeout, self._poll)
+                    self.side.send(p, ("desc", self.put(p, [send])), self.timeout)
         parts = []
         for p in range(self.world_size):
             if p == self.rank:

@@ -469,11 +469,12 @@ class DeviceCommunicator(Communicator):
         self._enter()
         try:
             if peers:
-                bufs = self._alloc([one] * (len(peers) + 1))
+                describes = self.transport.describes
+                bufs = self._alloc([one] * (1 if describes else len(peers) + 1))
                 src = bufs.pop()
                 with self.streams.comm_context():
                     src.zero_()
-                if self.transport.describes:  # set up the pairs, then a value each way
+                if describes:  # set up the pairs, then a value each way
                     self.transport.connect(peers, timeout)
                     for p in peers:
                         self._send(src, p, timeout, None, None)

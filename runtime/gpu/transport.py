@@ -57,13 +57,10 @@ class DeviceTransport(abc.ABC):
     def empty(self, meta: TensorMeta) -> Any:
         """A new tensor to receive ``meta`` into (allocated on the current stream)."""
 
-    @abc.abstractmethod
     def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
         """One group of ``uint8`` sends ``(buf, peer)`` and receives ``(buf, peer)``.
-
-        A describing transport moves one value with one peer per group (``put``/``take``
-        are its protocol path).
-        """
+        Posting transports only (a describing one moves values with ``put``/``take``)."""
+        raise NotImplementedError(f"{type(self).__name__} is a describing transport")
 
     @abc.abstractmethod
     def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:

@@ -179,43 +179,44 @@ def echo_results(side: Side, systems: str, tmp: Path) -> dict[str, float]:
     return {s: float(r["p50_us"][0]) for s, r in per.items()}
 
 
-def hop_results(side: Side, tmp: Path, fresh: bool) -> dict[str, float]:
-    """Medians (µs) of ``hop_breakdown.py --device cpu`` at 16 KiB, from one process.
-
-    ``fresh=False`` returns the side's last run when there is one not yet reused (the
-    ``hop_reader`` row reads the same run as the ``hop`` row of its round)."""
-    if not fresh and side.name in _HOP_LAST:
-        return _HOP_LAST.pop(side.name)
-    out = tmp / f"{side.name}-hop.json"
-    _run(
-        [side.python, str(BENCH / "hop_breakdown.py"), "--device", "cpu", "--sizes", "16384",
-         "--iters", "1000", "--json", str(out)],
-        cwd=tmp, env=side.env, timeout=600,
-    )
-    res = json.loads(out.read_text())["rounds"][0]["16384"]
+def _shared_run(kind: str, side: Side, fresh: bool, run: Callable[[], dict[str, float]]
+                ) -> dict[str, float]:
+    """``run()``'s figures, one run serving two rows: ``fresh=False`` returns the side's
+    last ``kind`` run when there is one not yet reused (the second row of a round reads
+    the run of the first)."""
+    key = (kind, side.name)
+    if not fresh and key in _LAST:
+        return _LAST.pop(key)
+    res = run()
     if fresh:
-        _HOP_LAST[side.name] = res
+        _LAST[key] = res
     return res
 
 
-_HOP_LAST: dict[str, dict[str, float]] = {}
+_LAST: dict[tuple[str, str], dict[str, float]] = {}
+
+
+def hop_results(side: Side, tmp: Path, fresh: bool) -> dict[str, float]:
+    """Medians (µs) of ``hop_breakdown.py --device cpu`` at 16 KiB, from one process
+    (``fresh``: see ``_shared_run``; the ``hop_reader`` row reads the ``hop`` row's run)."""
+    def run() -> dict[str, float]:
+        out = tmp / f"{side.name}-hop.json"
+        _run([side.python, str(BENCH / "hop_breakdown.py"), "--device", "cpu", "--sizes",
+              "16384", "--iters", "1000", "--json", str(out)],
+             cwd=tmp, env=side.env, timeout=600)
+        return json.loads(out.read_text())["rounds"][0]["16384"]
+    return _shared_run("hop", side, fresh, run)
 
 
 def ipc_path_results(side: Side, tmp: Path, fresh: bool) -> dict[str, float]:
-    """Medians (µs) of ``ipc_path.py``'s send and recv, from one process (``fresh=False``:
-    the side's last run not yet reused, as for the hop rows)."""
-    if not fresh and side.name in _IPC_LAST:
-        return _IPC_LAST.pop(side.name)
-    out = tmp / f"{side.name}-ipc.json"
-    _run([side.python, str(BENCH / "ipc_path.py"), "--json", str(out)],
-         cwd=tmp, env=side.env, timeout=600)
-    res = json.loads(out.read_text())
-    if fresh:
-        _IPC_LAST[side.name] = res
-    return res
-
-
-_IPC_LAST: dict[str, dict[str, float]] = {}
+    """Medians (µs) of ``ipc_path.py``'s send and recv, from one process (``fresh``: see
+    ``_shared_run``; the ``ipc_recv`` row reads the ``ipc_send`` row's run)."""
+    def run() -> dict[str, float]:
+        out = tmp / f"{side.name}-ipc.json"
+        _run([side.python, str(BENCH / "ipc_path.py"), "--json", str(out)],
+             cwd=tmp, env=side.env, timeout=600)
+        return json.loads(out.read_text())
+    return _shared_run("ipc", side, fresh, run)
 
 
 def measures(rows: list[str], tmp: Path) -> list[tuple[Row, Callable[[Side], float]]]:
