@@ -189,3 +189,21 @@ def test_a_malformed_transport_message_is_a_clear_error(prefix):
             c0.send(torch.ones(2), 1, timeout=5)  # the one slot needs that acknowledgement
     finally:
         _destroy(c0, c1)
+
+
+def test_an_uneven_reducescatter_is_a_clear_error_on_every_rank(prefix):
+    from cgc.runtime.channels.collective import CollectiveShapeError
+
+    c0, c1 = _pair(prefix)
+
+    def rank(c, r):
+        try:
+            c.reducescatter(torch.arange(3.0) + 10 * r, "sum")
+        except CollectiveShapeError as e:
+            err = str(e)
+        return err, c.allreduce(torch.ones(2)).tolist()  # the pair goes on
+
+    a, b = run_ranks(lambda: rank(c0, 0), lambda: rank(c1, 1))
+    assert a[0] == b[0] == "reducescatter: dim 0 (3) is not divisible by the world size 2"
+    assert a[1] == b[1] == [2.0, 2.0]
+    _destroy(c0, c1)
