@@ -9,7 +9,9 @@ fresh process gets the NCCL fake-hosts environment before its first NCCL call.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -35,6 +37,68 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(skip)
+
+
+# How long a test waits for the GPUs an earlier test's actors held: killed actors free their
+# share within a second or two; longer means something still holds it.
+GPU_FREE_WAIT_S = 30.0
+
+
+def _gpu_holders() -> str:
+    """The session's live actors and the processes on the GPU, for a message."""
+    import ray
+    from ray._private import state
+
+    rows = [f"{a['ActorClassName']} {a.get('Name') or ''} pid={a.get('Pid')} {a['State']}"
+            for a in state.actors().values() if a["State"] != "DEAD"]
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        smi = f"nvidia-smi: {exc}"
+    free = ray.available_resources().get("GPU", 0.0)
+    return (f"GPU free {free:g} of {ray.cluster_resources().get('GPU', 0.0):g}; "
+            f"live actors: {rows or 'none'}; GPU processes: {smi or 'none'}")
+
+
+def _wait_gpus_free(timeout_s: float) -> str | None:
+    """None once every GPU of the session's cluster is free, else who holds them."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    total = ray.cluster_resources().get("GPU", 0.0)
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("GPU", 0.0) < total - 1e-6:
+        if time.monotonic() > deadline:
+            return _gpu_holders()
+        time.sleep(0.2)
+    return None
+
+
+@pytest.fixture(autouse=True)
+def gpus_free_around_each_test(request):
+    """Every GPU test starts with the session cluster's GPUs free and leaves them free.
+
+    A test that passes alone and fails in the suite is a bug: an actor (or GPU share) left
+    by one test makes a later one wait for resources it never gets. This names the test
+    that left it, and what holds the GPU, instead of a later test timing out.
+    """
+    log = os.environ.get("CGC_GPU_TEST_LOG")
+    held = _wait_gpus_free(GPU_FREE_WAIT_S)
+    if log:
+        import ray
+
+        with open(log, "a") as f:
+            state = _gpu_holders() if ray.is_initialized() else "no ray"
+            f.write(f"{time.strftime('%H:%M:%S')} start {request.node.nodeid}: {state}\n")
+    if held:
+        pytest.fail(f"the GPUs were not free when this test started: {held}")
+    yield
+    held = _wait_gpus_free(GPU_FREE_WAIT_S)
+    if held:
+        pytest.fail(f"this test left the GPUs held: {held}")
 
 
 @pytest.fixture(params=["cuda_ipc", "nccl"])
