@@ -6,7 +6,7 @@ match=...)``) must see the same exception and text under ``cgc.ray_compat``. So 
 compiles a Ray DAG, ``check_ray_dag`` walks it the way Ray's ``experimental_compile`` does
 (from the root ``InputNode``, breadth first over consumers and producers: Ray's task order)
 and raises what Ray raises. What each check decides, and where the drop-in deliberately
-differs, is in the README's ray_compat section:
+differs, is in docs/ray_compat.md ("What differs"):
 
 ==============================================  ========================================
 Ray's check                                     drop-in

@@ -4,7 +4,7 @@ Usage::
 
     python tools/bench/bench_verify_dos.py [--scale 1.0] [--only NAME] [--timeout 600]
 
-For each generator in ``tools/bench/dos_plans.py`` (at the audit's sizes times ``--scale``)
+For each generator in ``tests/plan_schema/verify/dos_plans.py`` (at the audit's sizes times ``--scale``)
 it writes the plan to a temporary file, runs ``cgc check`` on it in a fresh process, and
 prints one line: the file's size, the wall time of the check, that process's peak RSS,
 seconds per MB, and what ``cgc check`` answered. Target (issue 20): at most 2 s per MB.
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "plan_schema" / "verify"))
 
 from dos_plans import GENERATORS  # noqa: E402
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import replace
-from pathlib import Path
 
+import dos_plans
 import pytest
 import shapes
 from randgraphs import random_plans
@@ -26,9 +26,6 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import LIMITS
 from cgc.plan_schema.verify import PlanLimitError, VerifyError, check_structure, verify_plan
 from cgc.plan_schema.verify.simulate import bounded_run, prefetch_depth, simulate
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "bench"))
-import dos_plans  # noqa: E402
 
 # ---------------------------------------------------------------- the cycle criterion
 

@@ -17,8 +17,8 @@ protobuf (no compiler: the compiler never writes these shapes, a stranger's file
 * ``wide_collective``: one allreduce over many actors (per-op work once grew with the
   number of members).
 
-``tools/bench/bench_verify_dos.py`` times ``cgc check`` on them; ``tests/plan_schema/verify`` checks
-that the verifier's work grows linearly with their size.
+``tools/bench/bench_verify_dos.py`` times ``cgc check`` on them; ``test_bounded.py`` beside this file
+checks that the verifier's work grows linearly with their size.
 
 Example::
 
