@@ -797,6 +797,7 @@ class CompiledGraph:
 
         Example: ``graph.teardown(); graph.teardown()  # the second call does nothing``.
         """
+        from cgc.runtime.interrupts import deferred_interrupts
         from cgc.runtime.teardown import teardown_graph
 
         with self._teardown_lock:
@@ -810,11 +811,14 @@ class CompiledGraph:
             if mon is None or not mon.is_current_thread():
                 self._torn_down.wait(self.config.teardown_timeout + 10)
             return
-        try:
-            teardown_graph(self)
-        finally:
-            self._torn_down.set()
-            _LIVE.discard(self)
+        # A Ctrl-C in the middle would leave actors and shared memory behind: it is raised
+        # once teardown is done (which its timeouts bound).
+        with deferred_interrupts():
+            try:
+                teardown_graph(self)
+            finally:
+                self._torn_down.set()
+                _LIVE.discard(self)
 
     def __enter__(self) -> CompiledGraph:
         return self

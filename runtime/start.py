@@ -161,8 +161,8 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
         _setup_rounds(graph, proto, cfg, info, secret, deadline)
     except BaseException as exc:
         graph.teardown()
-        if isinstance(exc, CgcError):
-            raise
+        if isinstance(exc, CgcError) or not isinstance(exc, Exception):
+            raise  # a KeyboardInterrupt (Ctrl-C during start) stays one, the graph torn down
         raise SetupError(f"starting plan {proto.name!r} failed: {type(exc).__name__}: "
                          f"{exc}") from exc
     graph.register()

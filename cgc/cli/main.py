@@ -68,7 +68,44 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: run the CLI, turning cgc errors into one line and an exit code."""
+    """Console entry point: run the CLI, turning cgc errors into one line and an exit code.
+
+    Ctrl-C at any moment ends with "Aborted." and exit code 130: a SIGINT interrupts the
+    command; the cleanup it starts (teardown, Ray's shutdown) runs to its end first.
+    """
+    from cgc.runtime.interrupts import interrupts_seen, watch_interrupts
+
+    watch_interrupts()
+    code = 130
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt:  # after the command's own handling, before leaving Ray
+        click.echo("Aborted.", err=True)
+    finally:
+        _leave_ray()
+        if interrupts_seen() and code != 130:
+            # A Ctrl-C while leaving, or one some library caught: still an abort.
+            click.echo("Aborted.", err=True)
+            code = 130
+    return code
+
+
+def _leave_ray() -> None:
+    """Disconnect from (or stop) the Ray this process started or joined; no SIGINT
+    interrupts it.
+
+    Why here: otherwise Ray's own shutdown runs at interpreter exit, where a Ctrl-C makes its
+    C++ core worker abort the process (SIGABRT or SIGSEGV instead of exit code 130).
+    """
+    from cgc.runtime.interrupts import ignore_interrupts
+
+    ignore_interrupts()
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def _main(argv: list[str] | None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="cgc", standalone_mode=False)
@@ -89,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             click.echo(where, err=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
+        click.echo("Aborted.", err=True)
         return 130
     except Exception as exc:  # a bug in cgc: still one line unless --debug
         if debug:

@@ -38,6 +38,25 @@ def _jsonable(v: Any) -> Any:
         return repr(v)
 
 
+def _brief(v: Any, limit: int = 160) -> str:
+    """``v`` for one line of ``cgc run``'s report: tensors and arrays as their shape and
+    dtype (not every element), anything else as its ``repr``, cut at ``limit`` characters.
+
+    Example: ``_brief(torch.zeros(8, 64))`` is ``'tensor(shape=(8, 64), dtype=torch.float32,
+    device=cpu)'``.
+    """
+    shape = getattr(v, "shape", None)
+    if shape is not None and hasattr(v, "dtype") and len(shape) > 0:
+        where = f", device={v.device}" if hasattr(v, "device") else ""
+        return f"{type(v).__name__}(shape={tuple(shape)}, dtype={v.dtype}{where})"
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(_brief(x, limit) for x in v)
+        text = f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
+    else:
+        text = repr(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _percentile(sorted_vals: list[float], q: float) -> float:
     if not sorted_vals:
         return float("nan")
@@ -121,6 +140,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     import time
 
     from cgc.runtime import load
+    from cgc.runtime.interrupts import interrupts_seen
 
     plan = load(plan_path, trust=trust)  # refuses (exit 4, with the summary) when untrusted
     args, kwargs = _inputs(plan, input_json)  # may unpickle: only after the decision
@@ -129,6 +149,8 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
                     trace=trace_path, torch_profile=torch_profile, nvtx=nvtx,
                     dashboard=dashboard, cuda_graphs=not no_cuda_graphs) as graph:
         def once() -> Any:
+            if interrupts_seen():  # a Ctrl-C that some library code caught and dropped
+                raise KeyboardInterrupt
             r = graph.execute(*args, **kwargs)
             return [x.get() for x in r] if isinstance(r, list) else r.get()
 
@@ -138,11 +160,16 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         lat: list[float] = []
         t_all = time.perf_counter()
         err = click.get_text_stream("stderr")
-        with click.progressbar(range(iters), label=f"running {plan.name}", file=err) as bar:
-            for _ in bar:
-                t0 = time.perf_counter()
-                once()
-                lat.append(time.perf_counter() - t0)
+        interrupted = False
+        try:
+            with click.progressbar(range(iters), label=f"running {plan.name}",
+                                   file=err) as bar:
+                for _ in bar:
+                    t0 = time.perf_counter()
+                    once()
+                    lat.append(time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            interrupted = True  # the statistics of what ran, then "Aborted." (exit 130)
         total = time.perf_counter() - t_all
         setup, ray_s = graph.setup_seconds, graph.ray_start_seconds
         bound = list(graph.channel_bindings.values())
@@ -150,6 +177,19 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         graphs = graph.cuda_graph_stats() if any(
             p.captured_ops for p in plan.proto.lowered.programs) else {}
     channels = {k: bound.count(k) for k in sorted(set(bound))}
+    done = len(lat)
+    _report(plan, outputs, lat, total, warmup, setup, ray_s, bound, channels, comms, graphs,
+             as_json, trace_path, iters if not interrupted else done)
+    if interrupted:
+        click.echo(f"interrupted after {done} of {iters} executions", err=True)
+        raise KeyboardInterrupt
+
+
+def _report(plan: Any, outputs: Any, lat: list[float], total: float, warmup: int,
+            setup: float, ray_s: float, bound: list[str], channels: dict[str, int],
+            comms: dict[int, tuple[str, str]], graphs: dict[str, Any], as_json: bool,
+            trace_path: str | None, iters: int) -> None:
+    """Print the run's statistics (of the executions that ran)."""
     lat.sort()
     us = {f"p{q}": round(_percentile(lat, q) * 1e6, 1) for q in (50, 90, 99)}
     thr = iters / total if total > 0 else float("inf")
@@ -166,7 +206,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
         }))
         return
     click.echo(f"plan {plan.name}: {iters} executions (after {warmup} warm-up)")
-    click.echo(f"  outputs      {outputs!r}")
+    click.echo(f"  outputs      {_brief(outputs)}")
     click.echo(f"  latency      p50 {us['p50']:.1f} us   p90 {us['p90']:.1f} us   "
                f"p99 {us['p99']:.1f} us")
     click.echo(f"  throughput   {thr:,.0f} executions/s (one in flight)")

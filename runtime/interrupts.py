@@ -1,0 +1,111 @@
+"""Ctrl-C (SIGINT) around work that must finish once begun: teardown, and a process's exit.
+
+Python turns SIGINT into ``KeyboardInterrupt`` in the main thread, between any two
+bytecodes - also in the middle of a teardown, which would then leave actors, channels or
+shared memory behind, or in the middle of Ray's own shutdown, whose C++ core worker aborts
+the process when interrupted (SIGABRT, SIGSEGV). Two tools:
+
+- ``deferred_interrupts()``: a block that is not interrupted; a SIGINT that arrives inside it
+  is raised as ``KeyboardInterrupt`` once it ends (each cleanup it guards is bounded by its
+  own timeout, so the interrupt is late, never lost).
+- ``watch_interrupts()`` / ``interrupts_seen()`` / ``ignore_interrupts()``: for a command
+  that owns its process (``cgc run``): every SIGINT raises and is counted (so one that a
+  library swallowed still ends the command at its next check), and from the exit's cleanup
+  on none interrupts anything.
+
+Both change signal handlers only in the main thread (the only one Python delivers signals
+to), and only where the handler in force is Python's (a program that set its own keeps it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["deferred_interrupts", "watch_interrupts", "interrupts_seen", "ignore_interrupts"]
+
+
+def _ours_to_change() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Run the block without being interrupted by SIGINT; raise it afterwards.
+
+    Example::
+
+        with deferred_interrupts():
+            teardown_graph(graph)   # a Ctrl-C here waits until teardown is done
+
+    Raises:
+        KeyboardInterrupt: after the block, when SIGINT arrived during it (as Python's
+            handler, or whatever handler was in force, would have done at once).
+    """
+    if not _ours_to_change():
+        yield
+        return
+    old = signal.getsignal(signal.SIGINT)
+    if not callable(old):  # SIG_IGN (nothing to defer) or SIG_DFL / None (not Python's)
+        yield
+        return
+    held: list[Any] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(frame)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if held and sys.exc_info()[0] is None:  # an exception already on its way wins
+            old(signal.SIGINT, held[-1])
+
+
+# SIGINTs since watch_interrupts(), also those some library code caught and dropped.
+_SEEN: list[int] = []
+
+
+def watch_interrupts() -> None:
+    """For a command that owns its process: from now on each SIGINT raises
+    ``KeyboardInterrupt`` as Python's own handler does, and is counted, so that one some
+    library caught and dropped (an ``except BaseException`` in an import, say) still
+    ends the command at its next ``interrupts_seen()`` check.
+
+    Example: ``watch_interrupts()`` at the top of a command's ``main()``.
+    """
+    if not _ours_to_change() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def count(signum: int, frame: Any) -> None:
+        _SEEN.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, count)
+
+
+def interrupts_seen() -> int:
+    """SIGINTs since ``watch_interrupts()`` (0 without it).
+
+    Example: ``if interrupts_seen(): raise KeyboardInterrupt``.
+    """
+    return len(_SEEN)
+
+
+def ignore_interrupts() -> None:
+    """Let no SIGINT interrupt anything from now on (a process's last steps: its cleanup
+    and exit); each one is still counted by ``interrupts_seen()``.
+
+    Example: ``ignore_interrupts(); ray.shutdown(); aborted = interrupts_seen() > 0``.
+    """
+
+    def note(signum: int, frame: Any) -> None:
+        _SEEN.append(signum)
+
+    if _ours_to_change():
+        signal.signal(signal.SIGINT, note)
