@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from cgc.errors import EscapedRefError, RefUsedAsValueError
+from ray.experimental.compiled_dag_ref import CompiledDAGRef
+
+from cgc.errors import EscapedRefError, GetInStepError, RefUsedAsValueError
 from cgc.frontend.locations import RawLoc, capture_loc
 
 if TYPE_CHECKING:
@@ -35,11 +37,12 @@ class StepState:
         self.closed = False
 
 
-class TracedRef:
+class TracedRef(CompiledDAGRef):
     """An ObjectRef look-alike for one result of a traced ``.remote()`` call (or one
-    argument of the step)."""
+    argument of the step). A ``CompiledDAGRef`` only so that ``ray.get`` hands it to its
+    own ``get``, which refuses (Ray's fields are never set or read)."""
 
-    __slots__ = ("_node", "_state", "_loc", "_what", "__weakref__")
+    __slots__ = ("_node", "_state", "_loc", "_what")
 
     def __init__(self, node: DAGNode, state: StepState, loc: RawLoc, what: str) -> None:
         self._node = node
@@ -77,6 +80,28 @@ class TracedRef:
 
     def __repr__(self) -> str:
         return f"TracedRef({self._what} at {self._loc.short()})"
+
+    __str__ = __repr__
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Refused: inside the step a ref has no value, after it the ref is gone.
+
+        Raises:
+            GetInStepError: while the step is traced.
+            EscapedRefError: after its trace.
+        """
+        loc = capture_loc()
+        if self._state.closed:
+            self._escaped(loc, "ray.get")
+        raise GetInStepError(
+            f"{loc.short()}: ray.get() on {self._origin()} inside the traced step; {_RULE}",
+            loc=loc.short())
+
+    def __del__(self) -> None:
+        pass
+
+    def __reduce__(self) -> Any:
+        return self.__reduce_ex__(2)
 
     # A ref is not a value: every protocol that would read one raises.
     def __bool__(self) -> bool:
