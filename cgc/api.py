@@ -72,6 +72,16 @@ def _embed_siblings(proto: pb.Plan, model: Any) -> None:
         g.modules.extend(every)
 
 
+def used_examples(
+    step: Any, args: tuple[Any, ...] | None, kwargs: Mapping[str, Any] | None
+) -> tuple[tuple[Any, ...] | None, dict[str, Any] | None]:
+    """The example arguments a traced step's graph reads (an argument that no call uses
+    is no input of the graph, so the plan does not store it)."""
+    n, keys = step.inputs
+    return (None if args is None else tuple(args)[:n],
+            None if kwargs is None else {k: kwargs[k] for k in keys})
+
+
 def _capacity(capacity: int | None, max_inflight: int | None) -> int | None:
     if max_inflight is None:
         return capacity
@@ -139,7 +149,9 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     if is_step_function(dag):
         if name == "graph":
             name = getattr(dag, "__name__", name)
-        dag = trace_step(dag, tuple(example_inputs or ()), dict(example_kwargs or {})).output
+        step = trace_step(dag, tuple(example_inputs or ()), dict(example_kwargs or {}))
+        dag = step.output
+        example_inputs, example_kwargs = used_examples(step, example_inputs, example_kwargs)
     traced = frontend.trace(
         dag,
         allow_pickle=allow_pickle,
@@ -201,11 +213,14 @@ def compile_file(
         with offline_actors(source):
             model = mf.load_model_file(path, attr)
         output = mf.graph_output(model)
+    examples, keywords = mf.example_inputs(model), mf.example_kwargs(model)
+    if model.step is not None:
+        examples, keywords = used_examples(model.step, examples, keywords)
     return compile(
         output,
         name=path.stem,
-        example_inputs=mf.example_inputs(model),
-        example_kwargs=mf.example_kwargs(model),
+        example_inputs=examples,
+        example_kwargs=keywords,
         allow_pickle=allow_pickle,
         overlap=overlap,
         costs=costs,

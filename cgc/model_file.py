@@ -42,6 +42,7 @@ class ModelFile:
     path: Path
     module: ModuleType
     attr: str
+    step: Any = None  # the StepTrace when the attribute is a traced step
 
 
 def split_target(target: str) -> tuple[Path, str | None]:
@@ -135,7 +136,10 @@ def graph_output(model: ModelFile) -> Any:
     kwargs = (example_kwargs(model) or {}) if takes_args else {}
     try:
         traced = trace_step(obj, args, kwargs, allow_dag=not takes_args)
-        return traced.dag if traced.dag is not None else traced.output
+        if traced.dag is not None:
+            return traced.dag
+        model.step = traced
+        return traced.output
     except CompileError:
         raise
     except Exception as exc:

@@ -76,6 +76,7 @@ class TracedStep:
         self.graph: Any = None
         self._layout: tuple[Any, ...] = ()
         self._arity: tuple[int, tuple[str, ...]] = (0, ())
+        self._inputs: tuple[int, tuple[str, ...]] = (0, ())
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
@@ -87,6 +88,7 @@ class TracedStep:
         self.plan = cgc.compile(traced.output, **self.options)
         self._layout = traced.layout
         self._arity = (traced.num_positional, traced.keywords)
+        self._inputs = traced.inputs
         self.graph = self.plan.start(**self.start_options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -106,8 +108,9 @@ class TracedStep:
                 f"{self._arity[0]} positional argument(s) and keywords {list(self._arity[1])}, "
                 f"and is now called with {len(args)} and {sorted(kwargs)}; a traced step's "
                 "inputs are fixed: trace another step for another signature")
-        args = tuple(_resolve(a) for a in args)
-        kwargs = {k: _resolve(v) for k, v in kwargs.items()}
+        # Only the arguments the graph reads (an unused one is no input of it).
+        args = tuple(_resolve(a) for a in args[:self._inputs[0]])
+        kwargs = {k: _resolve(kwargs[k]) for k in self._inputs[1]}
         out = self.graph.execute(*args, **kwargs)
         refs = [StepRef(r) for r in (out if isinstance(out, list) else [out])]
         kind = self._layout[0]

@@ -23,7 +23,7 @@ from cgc.frontend.locations import RawLoc, capture_loc
 if TYPE_CHECKING:
     from cgc.frontend.nodes import DAGNode
 
-__all__ = ["TracedRef", "StepState"]
+__all__ = ["TracedRef", "ArgRef", "StepState"]
 
 _RULE = ("inside a traced step a ref has no value: the step's Python runs once, at trace "
          "time, and only the .remote() calls become the graph")
@@ -159,6 +159,25 @@ class TracedRef(CompiledDAGRef):
 
     def __deepcopy__(self, memo: Any) -> TracedRef:
         return self
+
+
+class ArgRef(TracedRef):
+    """An argument of the traced step: its graph input is made when a call first uses it
+    (or the step returns it), so an argument the graph never reads is no input."""
+
+    __slots__ = ("_inp", "_key")
+
+    def __init__(self, inp: Any, key: int | str, state: StepState, loc: RawLoc,
+                 what: str) -> None:
+        super().__init__(None, state, loc, what)  # type: ignore[arg-type]
+        self._inp = inp
+        self._key = key
+
+    def _node_for(self, state: StepState, use: str) -> DAGNode:
+        super()._node_for(state, use)
+        if self._node is None:
+            self._node = self._inp._attr(self._key, self._loc)
+        return self._node
 
 
 def _operator(symbol: str) -> Any:

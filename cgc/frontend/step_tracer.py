@@ -32,7 +32,7 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cgc.errors import (
@@ -46,7 +46,7 @@ from cgc.frontend.actors import LazyActor
 from cgc.frontend.locations import RawLoc, capture_loc
 from cgc.frontend.nodes import CallNode, DAGNode, HintSpec, InputNode, MultiOutputNode, OutputRef
 from cgc.frontend.step_escape import check_escapes
-from cgc.frontend.step_refs import StepState, TracedRef
+from cgc.frontend.step_refs import ArgRef, StepState, TracedRef
 
 __all__ = ["StepTrace", "trace_step", "RDT_TRANSPORTS", "is_step_function", "current_session"]
 
@@ -68,7 +68,8 @@ class StepTrace:
     ``layout`` is ``("one",)``, ``("list",)``, ``("tuple",)`` or ``("dict", keys)``;
     ``output`` is the node (one) or a ``MultiOutputNode`` of the returned refs, in order.
     ``dag`` is set instead when the function built a DAG (``build_dag()``) rather than
-    calling ``.remote()``.
+    calling ``.remote()``. ``num_positional``/``keywords``: the traced call's arguments;
+    ``inputs``: those the graph reads (an argument no call uses is no graph input).
     """
 
     output: Any
@@ -77,7 +78,8 @@ class StepTrace:
     keywords: tuple[str, ...] = ()
     dag: Any = None
     calls: int = 0
-    notes: list[str] = field(default_factory=list)
+    # what the graph takes: (positional arguments, keyword names); unused ones are dropped
+    inputs: tuple[int, tuple[str, ...]] = (0, ())
 
 
 def is_step_function(obj: Any) -> bool:
@@ -378,10 +380,10 @@ def trace_step(
     session = _Session(name)
     inp = InputNode()
     inp._loc = loc
-    t_args = [TracedRef(inp._attr(i, loc), session.state, loc, f"argument {i} of {name}()")
+    t_args = [ArgRef(inp, i, session.state, loc, f"argument {i} of {name}()")
               for i in range(len(args))]
-    t_kwargs = {k: TracedRef(inp._attr(k, loc), session.state, loc,
-                             f"argument {k!r} of {name}()") for k in sorted(kwargs)}
+    t_kwargs = {k: ArgRef(inp, k, session.state, loc, f"argument {k!r} of {name}()")
+                for k in sorted(kwargs)}
     with _patched(session):
         result = fn(*t_args, **t_kwargs)
     try:
@@ -396,5 +398,9 @@ def trace_step(
     output = nodes[0] if layout == ("one",) else MultiOutputNode(nodes)
     if isinstance(output, MultiOutputNode):
         output._loc = loc
+    used = [a._key for a in (*t_args, *t_kwargs.values()) if a._node is not None]
+    ints = [k for k in used if isinstance(k, int)]
     return StepTrace(output=output, layout=layout, num_positional=len(args),
-                     keywords=tuple(sorted(kwargs)), calls=session.calls)
+                     keywords=tuple(sorted(kwargs)), calls=session.calls,
+                     inputs=(max(ints) + 1 if ints else 0,
+                             tuple(sorted(k for k in used if isinstance(k, str)))))
