@@ -257,7 +257,8 @@ def _task_remote(orig: Any) -> Any:
         if _session() is None:
             return orig(self, *args, **kwargs)
         loc = capture_loc()
-        name = getattr(getattr(self, "_function", None), "__name__", "a remote function")
+        # Ray wraps .remote with functools.wraps(function): it carries the function's name
+        name = getattr(getattr(self, "remote", None), "__name__", "a remote function")
         raise TaskInStepError(
             f"{loc.short()}: {name}.remote(): a Ray remote function (a task) in a traced "
             "step; graphs are built from actor method calls: make the function a method "
