@@ -129,7 +129,7 @@ def test_a_task_in_the_step(w):
         return tm.task.remote(x)  # <- task
 
     exc = _refused(step, TaskInStepError, "task")
-    assert "task" in str(exc) and "actor" in str(exc)
+    assert "task.remote()" in str(exc) and "actor" in str(exc)
 
 
 def test_an_actor_created_in_the_step(w):
