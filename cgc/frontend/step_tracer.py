@@ -156,7 +156,8 @@ class _Session:
         node = CallNode(actor, method, bound, kw, num, loc)
         self.calls += 1
         if transport is not None:
-            node._set_hint(HintSpec(transport=_cgc_transport(transport, loc, what), loc=loc))
+            node._set_hint(HintSpec(transport=_cgc_transport(transport, loc, what), loc=loc,
+                                    requested=str(transport).lower()))
         if num == 1:
             return TracedRef(node, self.state, loc, what)
         return [TracedRef(OutputRef(node, i, loc), self.state, loc, f"{what}[{i}]")

@@ -153,7 +153,8 @@ def test_rdt_gloo_step_runs_through_cgc(stages):
     try:
         assert torch.equal(ray.get(step(x)), x * 6.0)
         edges = step.plan.proto.lowered.edges
-        assert any(e.transport == pb.HOST and "hint" in e.reason for e in edges)
+        assert any(e.transport == pb.HOST and e.reason == "ray rdt gloo: host hint"
+                   for e in edges)
     finally:
         step.teardown()
 

@@ -40,7 +40,8 @@ def shipped(ray_cluster):
 
 def _host_hints(plan) -> int:
     """Edges whose transport came from an RDT hint (gloo: cgc's host channel)."""
-    return sum(e.transport == pb.HOST and "hint" in e.reason for e in plan.proto.lowered.edges)
+    return sum(e.transport == pb.HOST and e.reason.startswith("ray rdt gloo")
+               for e in plan.proto.lowered.edges)
 
 
 def _run(step, traced: bool, run):
