@@ -167,7 +167,7 @@ class ArgRef(TracedRef):
 
     __slots__ = ("_inp", "_key")
 
-    def __init__(self, inp: Any, key: int | str, state: StepState, loc: RawLoc,
+    def __init__(self, inp: Any, key: int | str | None, state: StepState, loc: RawLoc,
                  what: str) -> None:
         super().__init__(None, state, loc, what)  # type: ignore[arg-type]
         self._inp = inp
@@ -176,7 +176,10 @@ class ArgRef(TracedRef):
     def _node_for(self, state: StepState, use: str) -> DAGNode:
         super()._node_for(state, use)
         if self._node is None:
-            self._node = self._inp._attr(self._key, self._loc)
+            # key None: the step's only argument is the whole input, as Ray's ``inp`` is
+            # ``execute(x)``'s x (the plan a DAG written with ``inp`` gives)
+            self._node = self._inp if self._key is None else self._inp._attr(self._key,
+                                                                             self._loc)
         return self._node
 
 

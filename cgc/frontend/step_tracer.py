@@ -382,8 +382,9 @@ def trace_step(
     session = _Session(name)
     inp = InputNode()
     inp._loc = loc
-    t_args = [ArgRef(inp, i, session.state, loc, f"argument {i} of {name}()")
-              for i in range(len(args))]
+    whole = len(args) == 1 and not kwargs  # one argument: the input itself, as Ray's inp
+    t_args = [ArgRef(inp, None if whole else i, session.state, loc,
+                     f"argument {i} of {name}()") for i in range(len(args))]
     t_kwargs = {k: ArgRef(inp, k, session.state, loc, f"argument {k!r} of {name}()")
                 for k in sorted(kwargs)}
     with _patched(session):
@@ -400,7 +401,8 @@ def trace_step(
     output = nodes[0] if layout == ("one",) else MultiOutputNode(nodes)
     if isinstance(output, MultiOutputNode):
         output._loc = loc
-    used = [a._key for a in (*t_args, *t_kwargs.values()) if a._node is not None]
+    used = [0 if a._key is None else a._key
+            for a in (*t_args, *t_kwargs.values()) if a._node is not None]
     ints = [k for k in used if isinstance(k, int)]
     return StepTrace(output=output, layout=layout, num_positional=len(args),
                      keywords=tuple(sorted(kwargs)), calls=session.calls,

@@ -286,9 +286,8 @@ def main() -> None:
         args.iters, args.warm, args.pipe_iters, args.rounds = 20, 3, 12, 1
     parts = (args.parts or ("pipeline" if args.device == "cuda" else
                             "echo,decode,train,rl")).split(",")
-    import ray
-
     import pipe_train
+    import ray
     import rl_policy
     import tinygpt
 
