@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,10 +99,14 @@ def _in_flight_rate(submit: Callable[[int], Any], fetch: Callable[[Any], Any], n
     return n / (time.perf_counter() - t0), got
 
 
+GET_TIMEOUT_S = [120.0]  # --timeout: how long an eager ray.get may wait (a failing RDT
+# transfer waits Ray's own 60 s otherwise)
+
+
 def _get(ref: Any) -> Any:
     import ray
 
-    return ray.get(ref, timeout=120)
+    return ray.get(ref, timeout=GET_TIMEOUT_S[0])
 
 
 # ---------------------------------------------------------------- echo and pipeline
@@ -279,9 +284,14 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=300, help="echo executions timed")
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--pipe-iters", type=int, default=200)
+    ap.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds an eager ray.get waits (a failing RDT transfer)")
     ap.add_argument("--quick", action="store_true", help="few iterations (harness check)")
     ap.add_argument("--json", default=None, help="write every run here")
     args = ap.parse_args()
+    GET_TIMEOUT_S[0] = args.timeout
+    # Ray warns for every RDT object passed back to its maker (the 1F1B step does that)
+    warnings.filterwarnings("ignore", message="RDT ObjectRef")
     if args.quick:
         args.iters, args.warm, args.pipe_iters, args.rounds = 20, 3, 12, 1
     parts = (args.parts or ("pipeline" if args.device == "cuda" else
