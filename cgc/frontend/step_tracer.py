@@ -8,6 +8,8 @@ becomes a ``CallNode`` on the same ``LazyActor`` the Ray DAG adapter makes for t
 handle (or, for a model file's ``Cls.remote()`` compiled offline, a plan actor), with the
 call's ``num_returns``, keyword arguments and constants, and its Ray Direct Transport hint
 (``tensor_transport``) as the edge's transport hint. Program order is call order.
+``ray.experimental.collective.allreduce.bind([r0, r1])`` (and ``reducescatter``) on traced
+refs becomes a collective among their actors, as the adapter makes one from Ray's DAG.
 
 The rule, as torch.fx states its own: a step is a static graph. Its Python runs once, at
 trace time; only the ``.remote()`` calls are recorded. What would need a value at run time
@@ -29,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -163,6 +166,45 @@ class _Session:
         return [TracedRef(OutputRef(node, i, loc), self.state, loc, f"{what}[{i}]")
                 for i in range(num)]
 
+    def collective(self, inputs: Any, op: Any, transport: Any) -> Any:
+        """``ray.experimental.collective.allreduce.bind([r0, r1])`` (or reducescatter) on
+        traced refs: a collective among their actors, one result ref per member."""
+        from cgc.frontend.collectives import ReduceOp, bind_collective
+
+        loc = capture_loc()
+        kind = rp.collective_kind(op)
+        if kind not in ("allreduce", "reducescatter"):
+            raise TraceError(
+                f"{loc.short()}: ray.experimental.collective.{kind}: Ray returns one tensor "
+                "(the members' tensors concatenated) and cgc's allgather returns the list "
+                "of them, so a step cannot keep Ray's result; use cgc.allgather in a DAG",
+                loc=loc.short())
+        red = rp.reduce_op(op)
+        nested = isinstance(inputs[0], (list, tuple))
+        rows = [list(b) for b in inputs] if nested else [list(inputs)]
+        nodes = [[self._arg(v, loc, kind, f"member {i}") for i, v in enumerate(row)]
+                 for row in rows]
+        if any(not isinstance(n, DAGNode) for row in nodes for n in row):
+            raise TraceError(f"{loc.short()}: {kind}: every member must be a ref of an actor "
+                             "call in this step", loc=loc.short())
+        hint = None if transport is None or isinstance(transport, str) and \
+            transport.lower() in ("accelerator", "nccl") else transport
+        if hint is not None:
+            raise TraceError(
+                f"{loc.short()}: {kind}: transport={transport!r} cannot be kept in a plan; "
+                "cgc binds its own communicator among the members (NCCL between GPUs, else "
+                "the CPU communicator): drop the argument", loc=loc.short())
+        out = bind_collective(kind, nodes if nested else nodes[0],
+                              ReduceOp[red.name] if red is not None else None, None, loc)
+        self.calls += 1
+
+        def ref(n: Any, rank: int) -> TracedRef:
+            return TracedRef(n, self.state, loc, f"{kind}[{rank}]")
+
+        if nested:
+            return [[ref(n, r) for n in member] for r, member in enumerate(out)]
+        return [ref(n, r) for r, n in enumerate(out)]
+
     def _arg(self, value: Any, loc: RawLoc, what: str, path: str) -> Any:
         if isinstance(value, TracedRef):
             return value._node_for(self.state, f"passed to {what}")
@@ -268,6 +310,16 @@ def _task_remote(orig: Any) -> Any:
     return _remote
 
 
+def _collective_bind(orig: Any) -> Any:
+    def _bind(inputs: Any, op: Any, transport: Any = None) -> Any:
+        s = _session()
+        if s is None or _find_ref(inputs) is None:
+            return orig(inputs, op, transport)
+        return s.collective(inputs, op, transport)
+
+    return _bind
+
+
 def _class_name(actor_cls: Any) -> str:
     try:
         return str(rp.remote_class(actor_cls).__qualname__)
@@ -303,7 +355,9 @@ def _patched(session: _Session) -> Iterator[None]:
         try:
             for target, make in ((rp.PATCH_METHOD_REMOTE, _method_remote),
                                  (rp.PATCH_ACTOR_REMOTE, _actor_remote),
-                                 (rp.PATCH_TASK_REMOTE, _task_remote)):
+                                 (rp.PATCH_TASK_REMOTE, _task_remote),
+                                 (rp.PATCH_COLLECTIVE_BIND, _collective_bind)):
+                importlib.import_module(target.module)
                 owner, orig = rp.patch_original(target, sys.modules[target.module])
                 undo.append((owner, target.attr, orig))
                 setattr(owner, target.attr, make(orig))

@@ -240,3 +240,19 @@ def test_ray_is_restored_after_every_trace(w):
     assert before == after
     assert ray.get(w.fwd.remote(1)) == 2.0
     assert os.path.exists(HERE)
+
+
+def test_an_allgather_cannot_keep_ray_s_result(w):
+    from ray.experimental.collective import allgather
+
+    other = tm.Stage.remote()
+
+    def step(x):
+        g0, g1 = allgather.bind([w.fwd.remote(x), other.fwd.remote(x)])  # <- allgather
+        return [g0, g1]
+
+    try:
+        exc = _refused(step, TraceError, "allgather")
+        assert "concatenated" in str(exc)
+    finally:
+        ray.kill(other)

@@ -184,3 +184,44 @@ def test_the_decorator_returns_refs_ray_get_await_and_get_take(stages):
         step.teardown()
     # the live actors are still the user's after teardown
     assert ray.get(a.fwd.remote(1.0)) == 2.0
+
+
+def test_keyword_arguments_of_the_step_are_keyword_inputs(stages):
+    a, b = stages
+
+    def step(x, *, scale):
+        return b.fwd.remote(a.fwd.remote(x), scale=scale)
+
+    plan = cgc.compile(step, example_inputs=(1.0,), example_kwargs={"scale": 10.0})
+    assert list(plan.proto.graph.keyword_fields) == ["scale"]
+    with plan.start() as graph:
+        assert graph.execute(1.0, scale=10.0).get(timeout=30) == 60.0
+
+
+def test_inspect_names_the_rdt_transport_and_how_cgc_took_it(stages):
+    from cgc.plan_schema.text import format_plan_text
+
+    a, b = stages
+    plan = cgc.compile(lambda x: b.fwd.remote(a.fwd.options(tensor_transport="nixl").remote(x)),
+                       example_inputs=(1,), name="nixl")
+    text = format_plan_text(plan.proto)
+    assert "hint[0]=auto(rdt:nixl)" in text
+    assert "(ray rdt nixl: auto hint: not both GPU actors)" in text
+
+
+def test_a_collective_among_the_step_s_actors(stages):
+    from ray.experimental.collective import allreduce
+    from ray.experimental.util.types import ReduceOp as RayReduceOp
+
+    a, b = stages
+
+    def step(x):
+        r0, r1 = allreduce.bind([a.fwd.remote(x), b.fwd.remote(x)], op=RayReduceOp.MAX)
+        return [a.add.remote(r0, 1), b.add.remote(r1, 2)]
+
+    plan = cgc.compile(step, example_inputs=(torch.ones(2),))
+    g = plan.proto.graph
+    assert [c.kind for c in g.collectives] == [pb.ALLREDUCE]
+    with plan.start(communicator="cpu") as graph:
+        got = [r.get(timeout=60) for r in graph.execute(torch.ones(2))]
+    assert [t.tolist() for t in got] == [[4.0, 4.0], [5.0, 5.0]]  # max(2, 3) + 1, + 2

@@ -290,6 +290,11 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write every run here")
     args = ap.parse_args()
     GET_TIMEOUT_S[0] = args.timeout
+    import torch
+
+    # The floor computes in this process with one thread, as each actor does (Ray gives an
+    # actor with num_cpus < 2 OMP_NUM_THREADS=1); more threads on 2 shared cores only thrash.
+    torch.set_num_threads(1)
     # Ray warns for every RDT object passed back to its maker (the 1F1B step does that)
     warnings.filterwarnings("ignore", message="RDT ObjectRef")
     if args.quick:
