@@ -27,18 +27,18 @@ class Stage:
         self.device = device
 
     def make(self, n: int) -> torch.Tensor:
-        return torch.arange(n, device=self.device).to(torch.bfloat16) % 251
+        return (torch.arange(n, device=self.device) % 251).to(torch.bfloat16)  # exact
 
     def fwd(self, x: torch.Tensor) -> torch.Tensor:
         assert x.device.type == self.device, x.device  # it arrived on the device
         return x * 2
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
-        return (x + 1).float().cpu()
+        return x.float().cpu() + 1
 
 
 def _want(n: int) -> torch.Tensor:
-    return ((torch.arange(n).to(torch.bfloat16) % 251) * 2 + 1).float()
+    return ((torch.arange(n) % 251) * 2 + 1).float()
 
 
 def run_step(device: str, hint: str, executions: int = 3) -> Any:
