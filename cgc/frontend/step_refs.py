@@ -44,8 +44,8 @@ class TracedRef(CompiledDAGRef):
 
     __slots__ = ("_node", "_state", "_loc", "_what")
 
-    def __init__(self, node: DAGNode, state: StepState, loc: RawLoc, what: str) -> None:
-        self._node = node
+    def __init__(self, node: DAGNode | None, state: StepState, loc: RawLoc, what: str) -> None:
+        self._node: Any = node  # None only for an ArgRef whose input is not made yet
         self._state = state
         self._loc = loc
         self._what = what  # "w0.fwd" or "argument x" for messages
@@ -72,7 +72,7 @@ class TracedRef(CompiledDAGRef):
             loc=loc.short(),
         )
 
-    def _node_for(self, state: StepState, use: str) -> DAGNode:
+    def _node_for(self, state: StepState, use: str) -> Any:
         """The graph node this ref stands for, when used by a call of trace ``state``."""
         if self._state is not state or self._state.closed:
             self._escaped(capture_loc(), use)
@@ -169,11 +169,11 @@ class ArgRef(TracedRef):
 
     def __init__(self, inp: Any, key: int | str | None, state: StepState, loc: RawLoc,
                  what: str) -> None:
-        super().__init__(None, state, loc, what)  # type: ignore[arg-type]
+        super().__init__(None, state, loc, what)
         self._inp = inp
         self._key = key
 
-    def _node_for(self, state: StepState, use: str) -> DAGNode:
+    def _node_for(self, state: StepState, use: str) -> Any:
         super()._node_for(state, use)
         if self._node is None:
             # key None: the step's only argument is the whole input, as Ray's ``inp`` is
