@@ -357,7 +357,12 @@ def _patched(session: _Session) -> Iterator[None]:
                                  (rp.PATCH_ACTOR_REMOTE, _actor_remote),
                                  (rp.PATCH_TASK_REMOTE, _task_remote),
                                  (rp.PATCH_COLLECTIVE_BIND, _collective_bind)):
-                importlib.import_module(target.module)
+                if target.module not in sys.modules:
+                    # Ray's collectives (they import torch) only matter to a step that
+                    # imported them already; the rest are loaded by any Ray program
+                    if target is rp.PATCH_COLLECTIVE_BIND:
+                        continue
+                    importlib.import_module(target.module)
                 owner, orig = rp.patch_original(target, sys.modules[target.module])
                 undo.append((owner, target.attr, orig))
                 setattr(owner, target.attr, make(orig))
