@@ -131,6 +131,7 @@ def graph_output(model: ModelFile) -> Any:
 
     # A function of no arguments may build a DAG (build_dag) or be a step of .remote()
     # calls without inputs; one with arguments is a step, traced with the examples.
+    obj = getattr(obj, "__cgc_step_fn__", obj)  # a @cgc.trace step: its function
     takes_args = _required_params(obj) > 0
     args = (example_inputs(model) or ()) if takes_args else ()
     kwargs = (example_kwargs(model) or {}) if takes_args else {}

@@ -80,6 +80,11 @@ class TracedStep:
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
+    @property
+    def __cgc_step_fn__(self) -> Callable[..., Any]:
+        """The step function: what ``cgc.compile`` and ``cgc compile`` trace."""
+        return self.fn
+
     def _start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import cgc
         from cgc.frontend.step_tracer import trace_step

@@ -12,12 +12,16 @@ CACHE ...``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from cgc.errors import EscapedRefError
 from cgc.frontend.step_refs import StepState, TracedRef
 
 __all__ = ["check_escapes"]
+
+# Items looked at per container (a ref kept further in is caught when it is used later).
+_MAX_ITEMS = 10_000
 
 
 def _refs_in(value: Any, state: StepState, depth: int = 0) -> TracedRef | None:
@@ -26,12 +30,12 @@ def _refs_in(value: Any, state: StepState, depth: int = 0) -> TracedRef | None:
     if depth > 4:
         return None
     if isinstance(value, dict):
-        items: Any = list(value.values())
+        items: Any = value.values()
     elif isinstance(value, (list, tuple, set, frozenset)):
         items = value
     else:
         return None
-    for item in items:
+    for item in itertools.islice(items, _MAX_ITEMS):
         found = _refs_in(item, state, depth + 1)
         if found is not None:
             return found

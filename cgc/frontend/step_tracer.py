@@ -62,6 +62,10 @@ RDT_TRANSPORTS = {
 }
 
 _LOCK = threading.Lock()
+# One trace at a time in a process: Ray's functions are replaced process-wide (the thread
+# check keeps other threads on Ray's own), and patches must come off in the order they
+# went on. Re-entrant: a step may compile another step while it is traced.
+_TRACE_LOCK = threading.RLock()
 
 
 @dataclass
@@ -372,6 +376,7 @@ def _patched(session: _Session) -> Iterator[None]:
                 setattr(ray, fname, _refuse_get(orig, fname))
                 if fname == "get":
                     session.get_orig = orig
+            outer = _ACTIVE.get(session.thread)
             _ACTIVE[session.thread] = session
         except BaseException:
             for owner, attr, orig in reversed(undo):
@@ -381,7 +386,10 @@ def _patched(session: _Session) -> Iterator[None]:
         yield
     finally:
         with _LOCK:
-            _ACTIVE.pop(session.thread, None)
+            if outer is None:
+                _ACTIVE.pop(session.thread, None)
+            else:
+                _ACTIVE[session.thread] = outer
             for owner, attr, orig in reversed(undo):
                 setattr(owner, attr, orig)
 
@@ -435,6 +443,7 @@ def trace_step(
             the message starts with the user's ``file:line``.
         CompileError: a live actor is dead or does not answer (``live_actors.observe``).
     """
+    fn = getattr(fn, "__cgc_step_fn__", fn)  # a @cgc.trace step: trace its function
     kwargs = dict(kwargs or {})
     name = getattr(fn, "__name__", type(fn).__name__)
     loc = _def_loc(fn)
@@ -446,7 +455,7 @@ def trace_step(
                      f"argument {i} of {name}()") for i in range(len(args))]
     t_kwargs = {k: ArgRef(inp, k, session.state, loc, f"argument {k!r} of {name}()")
                 for k in sorted(kwargs)}
-    with _patched(session):
+    with _TRACE_LOCK, _patched(session):
         result = fn(*t_args, **t_kwargs)
     try:
         if allow_dag and session.calls == 0 and (isinstance(result, DAGNode)

@@ -225,3 +225,15 @@ def test_a_collective_among_the_step_s_actors(stages):
     with plan.start(communicator="cpu") as graph:
         got = [r.get(timeout=60) for r in graph.execute(torch.ones(2))]
     assert [t.tolist() for t in got] == [[4.0, 4.0], [5.0, 5.0]]  # max(2, 3) + 1, + 2
+
+
+def test_compile_takes_a_decorated_step_without_starting_it(stages):
+    a, b = stages
+
+    @cgc.trace
+    def step(x):
+        return b.fwd.remote(a.fwd.remote(x))
+
+    plan = cgc.compile(step, example_inputs=(1.0,))
+    assert step.graph is None and step.plan is None  # compiling did not run the step
+    assert [n.method for n in plan.proto.graph.nodes if n.method] == ["fwd", "fwd"]
