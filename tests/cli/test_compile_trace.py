@@ -115,3 +115,12 @@ def test_a_dag_model_still_compiles_as_a_dag(tmp_path, attr):
     '''))
     proc = _compile(Path(f"{model}{attr}"), tmp_path / "p.cgplan")
     assert json.loads(proc.stdout.strip().splitlines()[-1])["rc"] == 0, proc.stderr
+
+
+def test_a_decorated_step_compiles_offline_too(tmp_path):
+    model = tmp_path / "decorated.py"
+    model.write_text(_MODEL.replace("def step(x, bias):", "@cgc.trace\ndef step(x, bias):")
+                     .replace("import torch\n", "import torch\n\nimport cgc\n", 1))
+    proc = _compile(Path(f"{model}:step"), tmp_path / "d.cgplan")
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"rc": 0, "ray_started": False}, (
+        proc.stdout + proc.stderr)
