@@ -10,6 +10,7 @@ Example: ``workload("rl", "traced", args)`` -> ``{"rate": 231.0, "exact": True}`
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,9 +40,27 @@ class Actors:
     """Fresh actors for one system (in one collective group for a two-sided transport);
     killed after."""
 
-    def __init__(self, make: Callable[[], list], transport: str) -> None:
+    def __init__(self, make: Callable[[], list], transport: str,
+                 setup_timeout_s: float = 120.0) -> None:
         self.actors = make()
-        rdt_common.setup_transport(self.actors, transport)
+        # Ray's create_collective_group waits without a limit (NCCL between two actors on
+        # one GPU may never come up): wait in a thread, give up after the deadline.
+        box: list[BaseException] = []
+
+        def setup() -> None:
+            try:
+                rdt_common.setup_transport(self.actors, transport)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box.append(exc)
+
+        t = threading.Thread(target=setup, daemon=True)
+        t.start()
+        t.join(setup_timeout_s)
+        if t.is_alive() or box:
+            self.__exit__()
+            if box:
+                raise box[0]
+            raise TimeoutError(f"{transport} collective group not up after {setup_timeout_s:g} s")
 
     def __enter__(self) -> list:
         return self.actors
