@@ -53,6 +53,7 @@ _IGNORED_OPTIONS = {
     "concurrency_groups",
     "_metadata",
     "object_store_memory",
+    "enable_tensor_transport",  # RDT on for the actor: cgc's plan sets each edge itself
 }
 
 
