@@ -40,6 +40,7 @@ __all__ = [
     "ReduceOp",
     "compile",
     "compile_file",
+    "trace",
     "load",
     "Plan",
 ]
@@ -55,6 +56,7 @@ _LAZY = {
     "ReduceOp": "cgc.frontend",
     "compile": "cgc.api",
     "compile_file": "cgc.api",
+    "trace": "cgc.traced_step",
     "load": "cgc.runtime",
     "Plan": "cgc.runtime",
 }

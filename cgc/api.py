@@ -1,6 +1,7 @@
-"""The compiler's Python API: ``cgc.compile(dag)`` and ``cgc.compile_file(path)``.
+"""The compiler's Python API: ``cgc.compile(dag)``, ``cgc.compile(step, example_inputs=)``
+and ``cgc.compile_file(path)`` (``@cgc.trace`` is in ``cgc.traced_step``).
 
-Both run the same pipeline as ``cgc compile``: trace the DAG (frontend) → lower it
+All run the same pipeline as ``cgc compile``: trace the DAG or the step (frontend) → lower it
 (``cgc.passes.PIPELINE``) → verify → an in-memory ``cgc.runtime.Plan`` that can be saved
 or started.
 """
@@ -71,6 +72,16 @@ def _embed_siblings(proto: pb.Plan, model: Any) -> None:
         g.modules.extend(every)
 
 
+def used_examples(
+    step: Any, args: tuple[Any, ...] | None, kwargs: Mapping[str, Any] | None
+) -> tuple[tuple[Any, ...] | None, dict[str, Any] | None]:
+    """The example arguments a traced step's graph reads (an argument that no call uses
+    is no input of the graph, so the plan does not store it)."""
+    n, keys = step.inputs
+    return (None if args is None else tuple(args)[:n],
+            None if kwargs is None else {k: kwargs[k] for k in keys})
+
+
 def _capacity(capacity: int | None, max_inflight: int | None) -> int | None:
     if max_inflight is None:
         return capacity
@@ -99,7 +110,10 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     """Compile a DAG into a verified plan in memory.
 
     ``dag`` is the output of a graph built with cgc's builder or with Ray's DAG API (its
-    actors may be lazy ``Cls.bind()`` actors or live handles from ``Cls.remote()``).
+    actors may be lazy ``Cls.bind()`` actors or live handles from ``Cls.remote()``), or a
+    *step*: a function of plain Ray actor calls (``h = a.fwd.remote(x)``), traced once
+    with ``example_inputs``/``example_kwargs`` as its arguments (see ``docs/tracing.md``:
+    each argument is a graph input, the refs it returns are the outputs).
 
     ``example_inputs`` / ``example_kwargs``: one execution's positional and keyword
     arguments, stored for ``cgc run``. ``capacity``: executions in flight (None: from the
@@ -113,17 +127,31 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
         with plan.start() as graph:
             print(graph.execute(1).get())
 
+        def step(x):                      # plain Ray actor calls on live actors
+            return b.fwd.remote(a.fwd.remote(x))
+        plan = cgc.compile(step, example_inputs=(torch.ones(4),))
+
     Raises:
         CompileError: the graph is invalid (the message names the node, actor, method and
             source line), an example value cannot be stored, or ``capacity`` is outside
             ``1..Limits.capacity``.
+        cgc.errors.TraceError: (a CompileError) the step cannot be a static graph:
+            ``ray.get`` in it, a ref used as a value, a task, an actor made in it, a ref
+            kept past it; the message starts with the user's ``file:line``.
         ConfigError: ``at_capacity`` is not ``"wait"``/``"raise"``, or ``capacity`` and
             ``_max_inflight_executions`` disagree.
         cgc.plan_schema.verify.DeadlockError: the lowered programs could deadlock (a compiler bug).
     """
     from cgc import frontend, passes
+    from cgc.frontend.step_tracer import is_step_function, trace_step
     from cgc.runtime import Plan
 
+    if is_step_function(dag):
+        if name == "graph":
+            name = getattr(dag, "__name__", name)
+        step = trace_step(dag, tuple(example_inputs or ()), dict(example_kwargs or {}))
+        dag = step.output
+        example_inputs, example_kwargs = used_examples(step, example_inputs, example_kwargs)
     traced = frontend.trace(
         dag,
         allow_pickle=allow_pickle,
@@ -162,7 +190,10 @@ def compile_file(
 
     ``target`` may be ``"model.py"`` or ``"model.py:ATTR"``. The model's
     ``example_inputs()`` and ``example_kwargs()``, if defined, are stored in the plan for
-    ``cgc run``. ``capacity`` and ``at_capacity`` as in ``compile``.
+    ``cgc run``. ``capacity`` and ``at_capacity`` as in ``compile``. ``ATTR`` may name a
+    step function of ``.remote()`` calls: it is traced with the example inputs as its
+    arguments, and, with no Ray running, the actors the file makes with ``Cls.remote()``
+    are the plan's own (as ``Cls.bind()``): no cluster at compile time.
 
     Example: ``cgc.compile_file("examples/chain.py").save("chain.cgplan")``.
 
@@ -175,14 +206,21 @@ def compile_file(
     path, parsed_attr = mf.split_target(str(target))
     attr = attr or parsed_attr
     # Ray's DAG nodes do not record where they were bound; note it while the model runs.
+    from cgc.frontend.offline_actors import offline_actors
+
+    source = path.read_text(encoding="utf-8") if path.is_file() else ""
     with frontend.record_ray_bind_sites():
-        model = mf.load_model_file(path, attr)
+        with offline_actors(source):
+            model = mf.load_model_file(path, attr)
         output = mf.graph_output(model)
+    examples, keywords = mf.example_inputs(model), mf.example_kwargs(model)
+    if model.step is not None:
+        examples, keywords = used_examples(model.step, examples, keywords)
     return compile(
         output,
         name=path.stem,
-        example_inputs=mf.example_inputs(model),
-        example_kwargs=mf.example_kwargs(model),
+        example_inputs=examples,
+        example_kwargs=keywords,
         allow_pickle=allow_pickle,
         overlap=overlap,
         costs=costs,

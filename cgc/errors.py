@@ -12,7 +12,17 @@ from __future__ import annotations
 # raises RayVersionError (a CompileError) and may not import the compiler.
 from cgc.plan_schema.errors import CompileError, RayVersionError
 
-__all__ = ["CompileError", "RayVersionError", "UnsupportedNodeError"]
+__all__ = [
+    "CompileError",
+    "RayVersionError",
+    "UnsupportedNodeError",
+    "TraceError",
+    "RefUsedAsValueError",
+    "GetInStepError",
+    "TaskInStepError",
+    "ActorInStepError",
+    "EscapedRefError",
+]
 
 
 class UnsupportedNodeError(CompileError, NotImplementedError):
@@ -27,3 +37,41 @@ class UnsupportedNodeError(CompileError, NotImplementedError):
         except NotImplementedError as exc:
             print(exc)                      # names the function and its bind line
     """
+
+
+class TraceError(CompileError):
+    """A step function of plain Ray actor calls cannot be traced into a static graph.
+
+    Raised while the step runs once at trace time, so the traceback ends in the user's
+    step; the message starts with ``file:line`` of the user's code (also in ``loc``).
+
+    Example::
+
+        try:
+            cgc.compile(step, example_inputs=(x,))
+        except cgc.errors.TraceError as exc:
+            print(exc.loc)              # "prog.py:12"
+    """
+
+
+class RefUsedAsValueError(TraceError, TypeError):
+    """A traced ref was used as a Python value (``if ref:``, ``ref + 1``, ``ref[0]``,
+    ``len(ref)``, iteration, attribute access): at trace time it has no value."""
+
+
+class GetInStepError(TraceError):
+    """``ray.get``/``ray.wait`` on a traced ref inside the step: the value exists only
+    when the graph runs."""
+
+
+class TaskInStepError(TraceError):
+    """A Ray remote function (a task) was called in the step: graphs hold actor calls."""
+
+
+class ActorInStepError(TraceError):
+    """An actor was created inside the step: a graph's actors exist before it runs."""
+
+
+class EscapedRefError(TraceError):
+    """A traced ref left its step (a global, a closure, an object kept for later) or was
+    used after its trace ended (in another step, ``ray.get`` later, pickled)."""

@@ -1,8 +1,8 @@
 """Loading a model file and finding its graph and example inputs.
 
 A model file is a Python file that builds a DAG. ``cgc compile model.py`` imports it and
-takes the graph from ``build_dag()``; ``model.py:ATTR`` names another function or a DAG
-node. If it defines ``example_inputs()``, that returns one execution's positional arguments
+takes the graph from ``build_dag()``; ``model.py:ATTR`` names another function, a DAG
+node, or a step function of ``.remote()`` calls (traced with the example inputs). If it defines ``example_inputs()``, that returns one execution's positional arguments
 (a tuple); ``example_kwargs()``, its keyword arguments (a dict).
 """
 
@@ -42,6 +42,7 @@ class ModelFile:
     path: Path
     module: ModuleType
     attr: str
+    step: Any = None  # the StepTrace when the attribute is a traced step
 
 
 def split_target(target: str) -> tuple[Path, str | None]:
@@ -126,14 +127,38 @@ def graph_output(model: ModelFile) -> Any:
         raise CompileError(f"{model.path} defines no {model.attr}(){hint}")
     if not callable(obj) or _is_dag_node(obj):
         return obj
+    from cgc.frontend.step_tracer import trace_step
+
+    # A function of no arguments may build a DAG (build_dag) or be a step of .remote()
+    # calls without inputs; one with arguments is a step, traced with the examples.
+    obj = getattr(obj, "__cgc_step_fn__", obj)  # a @cgc.trace step: its function
+    takes_args = _required_params(obj) > 0
+    args = (example_inputs(model) or ()) if takes_args else ()
+    kwargs = (example_kwargs(model) or {}) if takes_args else {}
     try:
-        return obj()
+        traced = trace_step(obj, args, kwargs, allow_dag=not takes_args)
+        if traced.dag is not None:
+            return traced.dag
+        model.step = traced
+        return traced.output
     except CompileError:
         raise
     except Exception as exc:
         raise CompileError(
             f"{user_frame(exc, model.path)}: {model.attr}() raised {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _required_params(fn: Any) -> int:
+    """How many parameters ``fn`` needs (0 when its signature cannot be read)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 0
+    return sum(1 for p in params if p.default is p.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
 
 
 def example_inputs(model: ModelFile) -> tuple[Any, ...] | None:

@@ -225,6 +225,8 @@ def _node_line(n: pb.Node) -> str:
         t = _name(pb.Transport, h.hint.transport, f"node %{n.id} transport hint").lower()
         dev = _name(pb.Device, h.hint.device, f"node %{n.id} device hint").lower()
         extra += f" hint[{h.output_index}]={t}" + (f"/{dev}" if h.hint.device else "")
+        if h.hint.requested:
+            extra += f"(rdt:{h.hint.requested})"
     if n.cuda_graph:
         extra += " cuda_graph"
     return f"  %{n.id} = {n.name or kind.lower()}({args}){extra}{_loc(n.loc)}"

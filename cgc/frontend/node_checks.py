@@ -247,6 +247,7 @@ def hint_to_proto(
         out.spec.shape.extend(hint.shape)
         out.spec.dtype = hint.dtype
     out.loc.CopyFrom(loc_proto)
+    out.requested = hint.requested
     return out
 
 

@@ -54,6 +54,7 @@ class HintSpec:
     shape: tuple[int, ...] | None = None  # declared tensor shape (cgc's extension)
     dtype: str = ""                       # declared dtype name, e.g. "float32"
     loc: RawLoc = field(default_factory=lambda: RawLoc("", 0, ""))
+    requested: str = ""  # another system's name for it (Ray RDT's "nixl"), kept for inspect
 
 
 class DAGNode:

@@ -39,7 +39,7 @@ from cgc.frontend.ray_graph import ray_num_returns
 from cgc.frontend.ray_private import is_ray_dag_object
 from cgc.frontend.ray_sites import HINT_SITES, NODE_SITES
 
-__all__ = ["convert_output", "is_ray_dag_object"]
+__all__ = ["convert_output", "is_ray_dag_object", "class_node_actor", "LiveActors"]
 
 # Ray actor options that do not change what the graph computes; dropped without a word.
 _IGNORED_OPTIONS = {
@@ -53,6 +53,7 @@ _IGNORED_OPTIONS = {
     "concurrency_groups",
     "_metadata",
     "object_store_memory",
+    "enable_tensor_transport",  # RDT on for the actor: cgc's plan sets each edge itself
 }
 
 
@@ -92,6 +93,8 @@ def _neighbors(node: Any, dag: Any) -> list[Any]:
 
 
 class _Converter:
+    """Converts one Ray DAG; also the table of live actors a traced step calls."""
+
     def __init__(self) -> None:
         import ray.dag as dag
 
@@ -194,20 +197,7 @@ class _Converter:
         return out
 
     def _actor(self, n: Any, loc: RawLoc) -> LazyActor:
-        options = {}
-        for key, value in rp.bound_options(n).items():
-            if key in ACTOR_OPTIONS:
-                options[key] = value
-            elif key not in _IGNORED_OPTIONS and value is not None:
-                warnings.warn(
-                    f"{loc.short()}: the Ray actor option {key}={value!r} is not kept "
-                    "in cgc plans and is ignored",
-                    stacklevel=2,
-                )
-        cls = rp.original_class(rp.actor_body(n))
-        args = tuple(self._value(a) for a in rp.bound_args(n))
-        kwargs = {k: self._value(v) for k, v in rp.bound_kwargs(n).items()}
-        actor = LazyActor(cls, args, kwargs, options, loc)
+        actor = class_node_actor(n, loc, self._value)
         # Per-actor bind order: Ray chains a ClassNode's calls through prev-call links.
         chain = rp.call_chain(n)
         for pos, call in enumerate(chain):
@@ -215,7 +205,8 @@ class _Converter:
         self.keep.extend(chain)
         return actor
 
-    def _handle_actor(self, handle: Any) -> LazyActor:
+    def handle_actor(self, handle: Any) -> LazyActor:
+        """The (one) external actor for a live handle."""
         key = rp.handle_id(handle)
         if key not in self.actors:
             module, qualname = rp.handle_class(handle)
@@ -246,7 +237,7 @@ class _Converter:
             actor = self.memo[id(parent)]
             position = self.chain_pos.get(id(n), 0)
         else:
-            actor = self._handle_actor(parent)
+            actor = self.handle_actor(parent)
             self.first_use.setdefault(rp.handle_id(parent), loc)
             position = rp.live_bind_index(n)
         args = [self._value(a) for a in rp.bound_args(n)]
@@ -316,6 +307,31 @@ class _Converter:
             return
         spec.loc = HINT_SITES.get(n, out._loc)
         out._set_hint(spec)
+
+
+def class_node_actor(n: Any, loc: RawLoc, value: Any = lambda v: v) -> LazyActor:
+    """The lazy actor a Ray ``ClassNode`` (``Cls.bind(...)``) stands for: its class,
+    constructor arguments (each passed through ``value``) and the options a plan keeps.
+
+    Example: ``class_node_actor(Worker.bind(1), loc).ctor_args == (1,)``.
+
+    Raises:
+        RayVersionError: Ray keeps a ClassNode's parts elsewhere.
+    """
+    options = {}
+    for key, v in rp.bound_options(n).items():
+        if key in ACTOR_OPTIONS:
+            options[key] = v
+        elif key not in _IGNORED_OPTIONS and v is not None:
+            warnings.warn(
+                f"{loc.short()}: the Ray actor option {key}={v!r} is not kept "
+                "in cgc plans and is ignored",
+                stacklevel=3,
+            )
+    cls = rp.original_class(rp.actor_body(n))
+    args = tuple(value(a) for a in rp.bound_args(n))
+    kwargs = {k: value(v) for k, v in rp.bound_kwargs(n).items()}
+    return LazyActor(cls, args, kwargs, options, loc)
 
 
 class _Buckets:
@@ -409,3 +425,14 @@ def convert_output(output: Any) -> Any:
         out = conv.run(output)
     conv.observe_live()
     return out
+
+
+def LiveActors() -> Any:  # noqa: N802 - a constructor of the converter's live-actor table
+    """A table of live actors: ``.handle_actor(h)`` gives the one external ``LazyActor``
+    per handle, ``.first_use[id]`` the line of its first call, ``.observe_live()`` reads
+    what each holds (one batched round). Used by the step tracer, as by the adapter.
+
+    Raises:
+        Nothing.
+    """
+    return _Converter()

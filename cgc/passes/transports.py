@@ -14,7 +14,9 @@ Rules, in order (``hint`` is the producer's ``TransportHint`` for that output, i
    ``Channel.device`` set; a GPU device hint for a CPU-only reader actor is an error.
 
 No hint at all (the user never called ``with_tensor_transport``) always means HOST, as in
-Ray: values that are not tensors cannot travel over NCCL.
+Ray: values that are not tensors cannot travel over NCCL. A hint that came from a Ray
+Direct Transport name (a traced step's ``tensor_transport="nixl"``) says so in the edge's
+reason: ``ray rdt nixl: auto hint: not both GPU actors``.
 """
 
 from __future__ import annotations
@@ -113,7 +115,10 @@ def assign_transports(state: LowerState) -> None:
     g = state.g
     for src, dst, key in sorted(g.edges(keys=True)):
         data = g.edges[src, dst, key]
-        transport, reason, device = _decide(state, src, dst, data[A.HINT])
+        hint = data[A.HINT]
+        transport, reason, device = _decide(state, src, dst, hint)
+        if hint is not None and hint.requested:
+            reason = f"ray rdt {hint.requested}: {reason}"
         data[A.TRANSPORT], data[A.REASON], data[A.DEVICE] = transport, reason, device
 
 

@@ -52,6 +52,34 @@ def declared_num_returns(method: Any) -> Any:
     return getattr(method, "__ray_num_returns__", None)
 
 
+@dataclass(frozen=True)
+class MethodCall:
+    """What a live handle's ``actor.m`` says about a call of ``m``: the handle, the
+    method's name, its declared ``num_returns`` and ``tensor_transport`` (None if none)."""
+
+    handle: Any
+    method: str
+    num_returns: Any
+    tensor_transport: str | None
+
+
+def method_call(method: Any) -> MethodCall:
+    """Read a Ray ``ActorMethod`` (``handle.fwd``) for tracing a call of it.
+
+    Raises:
+        RayVersionError: this Ray keeps these elsewhere.
+    """
+    return MethodCall(_get(method, "_actor"), str(_get(method, "_method_name")),
+                      _get(method, "_num_returns"), _get(method, "_tensor_transport"))
+
+
+def declared_tensor_transport(method: Any) -> str | None:
+    """``tensor_transport`` of ``@ray.method(tensor_transport=...)`` on ``method`` (Ray's
+    upper-case name, e.g. ``"GLOO"``), else None."""
+    value = getattr(method, "__ray_tensor_transport__", None)
+    return value if isinstance(value, str) else None
+
+
 def handle_id(handle: Any) -> str:
     """A live actor handle's actor id, in hex."""
     return str(_get(handle, "_ray_actor_id", RUNTIME).hex())

@@ -156,6 +156,20 @@ PRIVATE_API: tuple[RayInternal, ...] = (
        "loops", "call_in_actor"),
     _E(_CDN, "_ray_system", _N, "Ray's concurrency group for its own calls: the runtime "
        "waits for each loop there, beside the actor's methods", "call_in_actor"),
+    # --- tracing a step of plain actor calls (cgc.frontend.step_tracer)
+    _E(_ACT, "ActorMethod._remote", _P, "a traced step: a call becomes a graph node",
+       "PATCH_METHOD_REMOTE"),
+    _E(_ACT, "ActorClass._remote", _P, "a traced step creates no actor; a model file's "
+       "module-level Cls.remote() is a plan actor offline", "PATCH_ACTOR_REMOTE"),
+    _E("ray.remote_function", "RemoteFunction._remote", _P, "a traced step calls no task",
+       "PATCH_TASK_REMOTE"),
+    _E(_ACT, "__ray_tensor_transport__", _M, "@ray.method(tensor_transport=...) on a "
+       "model file's class", "declared_tensor_transport"),
+    _E(_ACT, "ActorMethod._actor", _R, "the handle a traced call runs on", "method_call"),
+    _E(_ACT, "ActorMethod._method_name", _R, "the traced call's method", "method_call"),
+    _E(_ACT, "ActorMethod._num_returns", _R, "@ray.method(num_returns=k)", "method_call"),
+    _E(_ACT, "ActorMethod._tensor_transport", _R, "@ray.method(tensor_transport=...)",
+       "method_call"),
     _E(_ACT, "ActorHandle._ray_actor_creation_function_descriptor", _R,
        "a live actor's class", "handle_class"),
     _E("ray._raylet", "PythonFunctionDescriptor.module_name", _R, "its module",
@@ -200,5 +214,8 @@ PATCH_NODE_INIT = PatchTarget(_DAG, "DAGNode", "__init__")
 PATCH_TENSOR_TRANSPORT = PatchTarget(_DAG, "DAGNode", "with_tensor_transport")
 PATCH_CLASS_METHOD_BIND = PatchTarget(_CLS, "_UnboundClassMethodNode", "bind")
 PATCH_COLLECTIVE_BIND = PatchTarget("ray.experimental.collective.operations", "", "_bind")
+PATCH_METHOD_REMOTE = PatchTarget(_ACT, "ActorMethod", "_remote")
+PATCH_ACTOR_REMOTE = PatchTarget(_ACT, "ActorClass", "_remote")
+PATCH_TASK_REMOTE = PatchTarget("ray.remote_function", "RemoteFunction", "_remote")
 
 

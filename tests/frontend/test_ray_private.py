@@ -77,6 +77,7 @@ def _samples(g: dict, live: dict) -> list:
     objs += [o._type_hint for o in (g["x1"], g["b"])]
     objs += [o._collective_op for o in (g["r0"], live["r0"])]
     objs += [Worker, Worker.__ray_metadata__]
+    objs += [live["h0"].fwd]  # a live handle's ActorMethod (the step tracer reads it)
     return objs
 
 

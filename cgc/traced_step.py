@@ -1,0 +1,172 @@
+"""``@cgc.trace``: a step function of plain Ray actor calls that runs as a cgc graph.
+
+The first call traces the step with its arguments (``cgc.frontend.step_tracer``), compiles
+it with the decorator's options and starts it; every call (the first included) submits one
+execution and returns what the step returns, with each ref replaced by a ``StepRef``:
+``ray.get(ref)``, ``await ref`` and ``ref.get()`` take it, as they take Ray's refs.
+
+Example::
+
+    @cgc.trace
+    def step(x):
+        return stage1.fwd.remote(stage0.fwd.remote(x))
+
+    y = ray.get(step(torch.ones(4)))   # traced, compiled, started; then one execution
+    step.plan.save("step.cgplan")
+    step.teardown()
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable, Generator
+from typing import Any
+
+from ray.experimental.compiled_dag_ref import CompiledDAGRef
+
+from cgc.errors import TraceError
+
+__all__ = ["trace", "TracedStep", "StepRef"]
+
+
+class StepRef(CompiledDAGRef):
+    """One result of one execution of a traced step: ``ray.get(ref)``, ``ref.get()`` or
+    ``await ref``, once. (A ``CompiledDAGRef`` so that ``ray.get`` takes it; Ray's own
+    fields are not used: the value comes from the cgc graph.)"""
+
+    def __init__(self, ref: Any) -> None:  # Ray's __init__ reads Ray's channels: skipped
+        self._cgc_ref = ref
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The value; ``timeout`` in seconds (None: the graph's get timeout).
+
+        Raises:
+            RemoteError: the method raised (also an instance of its exception type).
+            GetTimeoutError, RefConsumedError, ActorDiedError: see ``cgc.runtime.Ref``.
+        """
+        return self._cgc_ref.get(timeout)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._cgc_ref.__await__()
+
+    def __del__(self) -> None:
+        pass  # the wrapped cgc Ref frees an unfetched result itself
+
+    def __repr__(self) -> str:
+        return f"StepRef({self._cgc_ref!r})"
+
+    __str__ = __repr__
+
+
+class TracedStep:
+    """A step function decorated with ``@cgc.trace``; call it like the function.
+
+    ``plan`` is the compiled plan (None before the first call), ``graph`` the running
+    graph; ``teardown()`` stops it (a later call traces and starts it again).
+    """
+
+    def __init__(self, fn: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.fn = fn
+        self.options = {k: v for k, v in options.items() if k != "start_options"}
+        self.options.setdefault("name", getattr(fn, "__name__", "step"))
+        self.start_options = dict(options.get("start_options") or {})
+        self.plan: Any = None
+        self.graph: Any = None
+        self._layout: tuple[Any, ...] = ()
+        self._arity: tuple[int, tuple[str, ...]] = (0, ())
+        self._inputs: tuple[int, tuple[str, ...]] = (0, ())
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    @property
+    def __cgc_step_fn__(self) -> Callable[..., Any]:
+        """The step function: what ``cgc.compile`` and ``cgc compile`` trace."""
+        return self.fn
+
+    def _start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        import cgc
+        from cgc.frontend.step_tracer import trace_step
+
+        traced = trace_step(self.fn, args, kwargs)
+        self.plan = cgc.compile(traced.output, **self.options)
+        self._layout = traced.layout
+        self._arity = (traced.num_positional, traced.keywords)
+        self._inputs = traced.inputs
+        self.graph = self.plan.start(**self.start_options)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run one execution; the first call traces, compiles and starts the graph.
+
+        Raises:
+            TraceError: (first call) the step cannot be traced, naming the line; (later)
+                the call's arguments differ in number or names from the traced call's.
+            CompileError, cgc.runtime errors: compiling or starting failed.
+        """
+        with self._lock:
+            if self.graph is None:
+                self._start(args, kwargs)
+        if (len(args), tuple(sorted(kwargs))) != self._arity:
+            raise TraceError(
+                f"{getattr(self.fn, '__name__', 'step')}() was traced with "
+                f"{self._arity[0]} positional argument(s) and keywords {list(self._arity[1])}, "
+                f"and is now called with {len(args)} and {sorted(kwargs)}; a traced step's "
+                "inputs are fixed: trace another step for another signature")
+        # Only the arguments the graph reads (an unused one is no input of it).
+        args = tuple(_resolve(a) for a in args[:self._inputs[0]])
+        kwargs = {k: _resolve(kwargs[k]) for k in self._inputs[1]}
+        out = self.graph.execute(*args, **kwargs)
+        refs = [StepRef(r) for r in (out if isinstance(out, list) else [out])]
+        kind = self._layout[0]
+        if kind == "one":
+            return refs[0]
+        if kind == "tuple":
+            return tuple(refs)
+        if kind == "dict":
+            return dict(zip(self._layout[1], refs, strict=True))
+        return refs
+
+    def teardown(self) -> None:
+        """Stop the running graph (its live actors stay the user's).
+
+        Raises:
+            Nothing new; the runtime's teardown errors propagate.
+        """
+        with self._lock:
+            graph, self.graph = self.graph, None
+        if graph is not None:
+            graph.teardown()
+
+
+def _resolve(value: Any) -> Any:
+    """A Ray ObjectRef passed as a step argument is its value (as Ray resolves it)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and isinstance(value, ray.ObjectRef):
+        return ray.get(value)
+    return value
+
+
+def trace(_fn: Callable[..., Any] | None = None, **compile_options: Any) -> Any:
+    """Decorate a step function of plain Ray actor calls; it then runs as a cgc graph.
+
+    ``compile_options`` are ``cgc.compile``'s (``capacity``, ``overlap``, ``allow_pickle``,
+    ``name``, ...) plus ``start_options``: a dict for ``plan.start()``.
+
+    Example::
+
+        @cgc.trace(capacity=4)
+        def step(x):
+            h = stage0.fwd.remote(x)
+            return stage1.fwd.remote(h)
+
+        out = ray.get(step(x))          # or: step(x).get(), await step(x)
+
+    Raises:
+        TypeError: an unknown option (when the first call compiles).
+        TraceError: (first call) the step cannot be a static graph; see ``cgc.compile``.
+    """
+    def deco(fn: Callable[..., Any]) -> TracedStep:
+        return TracedStep(fn, compile_options)
+
+    return deco(_fn) if _fn is not None else deco
