@@ -64,9 +64,11 @@ def example_inputs():
     return (0, hf_stages.prompts(hf_stages.model_spec("llama", "tiny"), 1, 2, 8)[0], 0)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line shared with ``ray_hf_decode.py``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None, doc: str | None = None) -> argparse.Namespace:
+    """The command line shared with ``ray_hf_decode.py`` (which adds ``--cgc``)."""
+    ap = argparse.ArgumentParser(description=(doc or __doc__).splitlines()[0])
+    if doc is not None:
+        ap.add_argument("--cgc", action="store_true", help="run on cgc's drop-in")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", help="a save_pretrained directory")
     src.add_argument("--model", default="llama", choices=sorted(hf_stages.FAMILIES))
