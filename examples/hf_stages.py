@@ -380,19 +380,34 @@ def prompts(spec: dict[str, Any], microbatches: int, batch: int, length: int,
 def generate_reference(model: Any, prompt_list: Sequence[torch.Tensor], new_tokens: int,
                        **kwargs: Any) -> list[torch.Tensor]:
     """``model.generate(do_sample=False)`` per microbatch: its new tokens, never stopped
-    early (no end-of-sequence token), on the CPU. ``kwargs`` go to ``generate`` (e.g.
-    ``cache_implementation="static"``)."""
-    gc = copy.deepcopy(model.generation_config)
+    early (no end-of-sequence token), on the CPU. ``kwargs`` are generation options (e.g.
+    ``cache_implementation="static"``).
+
+    Raises:
+        RuntimeError: ``generate`` returned fewer tokens than asked for.
+    """
+    # generate() fills the options left None from the model's own generation config, so
+    # the end-of-sequence token is unset there too (and put back after).
+    saved = model.generation_config
+    gc = copy.deepcopy(saved)
     gc.eos_token_id, gc.pad_token_id, gc.do_sample = None, 0, False
     gc.max_new_tokens, gc.min_new_tokens = new_tokens, None
+    for k, v in kwargs.items():
+        setattr(gc, k, v)
     dev = next(model.parameters()).device
     out = []
-    with torch.inference_mode():
-        for p in prompt_list:
-            ids = p.to(dev)
-            got = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                 generation_config=gc, **kwargs)
-            out.append(got[:, p.shape[1]:].cpu())
+    model.generation_config = gc
+    try:
+        with torch.inference_mode():
+            for p in prompt_list:
+                ids = p.to(dev)
+                got = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids))
+                if got.shape[1] != p.shape[1] + new_tokens:
+                    raise RuntimeError(f"generate stopped after {got.shape[1] - p.shape[1]} "
+                                       f"of {new_tokens} tokens")
+                out.append(got[:, p.shape[1]:].cpu())
+    finally:
+        model.generation_config = saved
     return out
 
 
@@ -414,4 +429,30 @@ def first_difference(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) 
         if len(bad):
             s, t = bad[0].tolist()
             return f"microbatch {m}, sequence {s}, token {t}: {g[s, t]} != {w[s, t]}"
+    return None
+
+
+def divergence(model: Any, prompt_list: Sequence[torch.Tensor], got: Sequence[torch.Tensor],
+               want: Sequence[torch.Tensor]) -> dict[str, Any] | None:
+    """Where ``got`` first leaves ``want`` (``model.generate``'s tokens) and by how much: the
+    model's logits, in one forward pass over the prompt and the tokens both agreed on, for
+    the token it chose and the one ``got`` has, and the rank of the latter (1: the
+    runner-up, a near tie). None where they are equal.
+
+    Example: ``divergence(model, ps, staged, generated)["gap"]``.
+    """
+    for m, (g, w) in enumerate(zip(got, want, strict=True)):
+        bad = (g != w).nonzero()
+        if not len(bad):
+            continue
+        s, t = bad[0].tolist()
+        dev = next(model.parameters()).device
+        ids = torch.cat([prompt_list[m][s], w[s, :t]])[None].to(dev)
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0, -1].float().cpu()
+        a, b = int(w[s, t]), int(g[s, t])
+        return dict(microbatch=m, sequence=s, token=t, want=a, got=b,
+                    logit_want=float(logits[a]), logit_got=float(logits[b]),
+                    gap=float(logits[a] - logits[b]),
+                    rank_got=int((logits > logits[b]).sum()))
     return None

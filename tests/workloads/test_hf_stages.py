@@ -87,7 +87,12 @@ def test_uneven_split_and_one_stage(llama):
 def test_the_comparison_can_fail(llama):
     spec, ps, want = llama
     other = hf_stages.model_spec("llama", "tiny", seed=6)  # other weights, other tokens
-    assert hf_stages.first_difference(_decode_here(_staged(other), ps), want) is not None
+    got = _decode_here(_staged(other), ps)
+    assert hf_stages.first_difference(got, want).startswith("microbatch 0, sequence 0, token 0")
+    where = hf_stages.divergence(hf_stages.load_model(spec, "cpu"), ps, got, want)
+    assert (where["token"], where["want"], where["got"]) == (0, want[0][0, 0], got[0][0, 0])
+    assert where["gap"] > 0 and where["rank_got"] >= 1  # generate's choice is the top logit
+    assert hf_stages.divergence(hf_stages.load_model(spec, "cpu"), ps, want, want) is None
 
 
 @pytest.mark.parametrize("shard", [None, "40KB"], ids=["one_file", "sharded"])
