@@ -10,7 +10,9 @@ of ``model.forward``, the recipe of transformers' docs: the floor a user has; on
 without ``reduce-overhead``'s CUDA graphs), ``cgc`` / ``cgc_graph`` (``hf_decode.build_dag``,
 eager / each stage's step replayed as a CUDA graph; ``1`` and ``2`` stages), ``ray_cgraph``
 (``ray_hf_decode``'s program on Ray Compiled Graph, 2 stages), ``ray_actors`` (the same
-actors called with ``.remote()``, references passed along, 2 stages).
+actors called with ``.remote()``, references passed along, 2 stages), ``floor_graph`` (one
+``HFStage`` holding every layer, in this process, its step replayed by cgc's
+``CapturedCall``: what the pipeline rows would reach without actors; eager on the CPU).
 
 Each row: one untimed warm-up decode, then ``--rounds`` timed ones (prefill included:
 ``microbatches x batch x tokens`` new tokens over the wall time, median). The pipeline rows
@@ -46,7 +48,8 @@ import transformers  # noqa: E402
 import cgc  # noqa: E402
 import cgc.ray_compat  # noqa: E402
 
-SYSTEMS = ("generate", "generate_compiled", "cgc", "cgc_graph", "ray_cgraph", "ray_actors")
+SYSTEMS = ("generate", "generate_compiled", "floor_graph", "cgc", "cgc_graph", "ray_cgraph",
+           "ray_actors")
 
 
 def _timed(decode: Callable[[], list], rounds: int) -> tuple[list, list[float]]:
@@ -93,6 +96,18 @@ class Bench:
             return out
 
         return _timed(decode, a.rounds)  # the model goes with this frame
+
+    def floor_graph(self) -> tuple[list, list[float]]:
+        a = self.args
+        stage = hf_stages.HFStage(self.spec, 0, self.layers, a.microbatches, self.batch,
+                                  self.max_seq, a.device)
+        step = stage.forward
+        if stage.device.type == "cuda":
+            from cgc.runtime.gpu.graphs import CapturedCall
+
+            step = CapturedCall(stage.forward, "floor")
+        return _timed(lambda: tinygpt.generate(lambda m, t, p: step(t, m, p), lambda r: r,
+                                               self.ps, a.tokens), a.rounds)
 
     def cgc_rows(self, stages: int, graphs: bool) -> tuple[list, list[float]]:
         a = self.args
@@ -223,8 +238,13 @@ def main() -> None:
                 rows.append(bench.run(system, stages))
                 if args.json:  # after every row: a run stopped by a timeout keeps its rows
                     Path(args.json).write_text(json.dumps(rows, indent=1))
+        skeleton, _ = hf_stages._skeleton(bench.spec)  # on meta: sizes only
+        size = torch.finfo(getattr(torch, args.dtype)).bits // 8
+        whole = sum(t.numel() * size for t in skeleton.state_dict().values())
         for i, m in enumerate(bench.memory):
-            print(f"batch {batch} stage {i} memory: {m}", flush=True)
+            print(f"batch {batch} stage {i} memory: {m}; weights "
+                  f"{m['weights'] / whole * len(bench.memory):.2f}x its share of the model's "
+                  f"{whole:,} bytes", flush=True)
     print(table(rows))
     ray.shutdown()
 
