@@ -42,13 +42,14 @@ def stage_options(device: str, stages: int, num_gpus: float = 0.0,
 
 def build_dag(spec: dict[str, Any] | None = None, stages: int = 2, microbatches: int = 2,
               batch: int = 2, max_seq: int = 64, device: str = "cpu", num_gpus: float = 0.0,
-              cuda_graph: bool = False, transport: str = "auto"):
+              cuda_graph: bool = False, transport: str = "auto", compile: bool = False):
     """``(mb, tokens, pos) -> next tokens`` through ``stages`` actors of ``spec``'s model
-    (the tiny Llama by default)."""
+    (the tiny Llama by default); ``compile``: each stage's layers through ``torch.compile``."""
     spec = spec or hf_stages.model_spec("llama", "tiny")
     n = spec["config"]["num_hidden_layers"]
     opts = stage_options(device, stages, num_gpus, cuda_graph)
-    actors = [Stage.options(**opts).bind(spec, a, b, microbatches, batch, max_seq, device)
+    actors = [Stage.options(**opts).bind(spec, a, b, microbatches, batch, max_seq, device,
+                                         compile)
               for a, b in tinygpt.split_layers(n, stages)]
     with InputNode() as inp:
         mb, x, pos = inp[0], inp[1], inp[2]
@@ -84,6 +85,8 @@ def parse_args(argv: list[str] | None = None, doc: str | None = None) -> argpars
     ap.add_argument("--attn", default="sdpa", choices=hf_stages.ATTENTION)
     ap.add_argument("--gpus", type=float, default=0.0, help="num_gpus per stage (cuda)")
     ap.add_argument("--cuda-graph", action="store_true", help="replay each step as a CUDA graph")
+    ap.add_argument("--compile", action="store_true",
+                    help="each stage's layers through torch.compile")
     ap.add_argument("--json", action="store_true", help="print one JSON object last")
     return ap.parse_args(argv)
 
@@ -119,7 +122,7 @@ def main() -> None:
     spec = spec_of(args)
     max_seq = args.prompt_len + args.tokens
     dag = build_dag(spec, args.stages, args.microbatches, args.batch, max_seq, args.device,
-                    args.gpus, args.cuda_graph)
+                    args.gpus, args.cuda_graph, compile=args.compile)
     ps = hf_stages.prompts(spec, args.microbatches, args.batch, args.prompt_len, args.seed + 1)
     with cgc.compile(dag, name="hf_decode").start(get_timeout=300) as graph:
         t0 = time.perf_counter()

@@ -240,7 +240,9 @@ class HFStage:
     """Layers ``[first, last)`` of a ``transformers`` causal LM and their KV caches.
 
     The first stage also embeds the tokens; the last applies the final norm and the LM head
-    and returns each sequence's greedy next token. ``forward(x, mb, pos)`` has
+    and returns each sequence's greedy next token. ``compile=True`` runs each decoder layer
+    through ``torch.compile`` (default mode: no CUDA graphs of its own, so cgc's capture of
+    the step holds its kernels). ``forward(x, mb, pos)`` has
     ``tinygpt.GPTStage``'s contract (positions as a tensor, the whole cache masked), so a
     step is the same kernels at every position and can be replayed as a CUDA graph.
 
@@ -250,7 +252,8 @@ class HFStage:
     """
 
     def __init__(self, spec: dict[str, Any], first: int, last: int, microbatches: int = 1,
-                 batch: int = 1, max_seq: int = 256, device: str = "auto") -> None:
+                 batch: int = 1, max_seq: int = 256, device: str = "auto",
+                 compile: bool = False) -> None:
         self.device = tinygpt.pick_device(device)
         self.dtype = getattr(torch, spec["dtype"])
         model, config = _skeleton(spec)
@@ -281,6 +284,8 @@ class HFStage:
         for m in self._modules():
             m.to(self.device).eval()
         self._cache_kw = _cache_keyword(self.layers[0])
+        if compile:  # fused kernels, as a user would; cgc may still capture the whole step
+            self.layers = [torch.compile(layer, dynamic=False) for layer in self.layers]
         self.windows = [_window(config, i) for i in range(first, last)]
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads

@@ -84,6 +84,16 @@ def test_uneven_split_and_one_stage(llama):
     assert hf_stages.first_difference(_decode_here(_staged(spec, 1), ps), want) is None
 
 
+def test_a_compiled_stage_gives_the_same_tokens():
+    """``compile=True``: the layers through ``torch.compile`` (fp32 on the CPU: equal here)."""
+    spec = hf_stages.model_spec("llama", "tiny", seed=2)
+    ps = hf_stages.prompts(spec, 1, 2, PROMPT)
+    want = hf_stages.generate_reference(hf_stages.load_model(spec, "cpu"), ps, 4)
+    stage = hf_stages.HFStage(spec, 0, 4, 1, 2, MAX_SEQ, "cpu", compile=True)
+    assert all(type(m).__name__ == "OptimizedModule" for m in stage.layers)
+    assert hf_stages.first_difference(_decode_here([stage], ps, 4), want) is None
+
+
 def test_the_comparison_can_fail(llama):
     spec, ps, want = llama
     other = hf_stages.model_spec("llama", "tiny", seed=6)  # other weights, other tokens

@@ -13,6 +13,8 @@ eager / each stage's step replayed as a CUDA graph; ``1`` and ``2`` stages), ``r
 actors called with ``.remote()``, references passed along, 2 stages), ``floor_graph`` (one
 ``HFStage`` holding every layer, in this process, its step replayed by cgc's
 ``CapturedCall``: what the pipeline rows would reach without actors; eager on the CPU).
+By name only: ``cgc_graph_compiled`` (``cgc_graph`` with each stage's layers through
+``torch.compile``).
 
 Each row: one untimed warm-up decode, then ``--rounds`` timed ones (prefill included:
 ``microbatches x batch x tokens`` new tokens over the wall time, median). The pipeline rows
@@ -50,6 +52,8 @@ import cgc.ray_compat  # noqa: E402
 
 SYSTEMS = ("generate", "generate_compiled", "floor_graph", "cgc", "cgc_graph", "ray_cgraph",
            "ray_actors")
+# Asked for by name only (compiling every stage's layers takes a while per row).
+EXTRA_SYSTEMS = ("cgc_graph_compiled",)
 
 
 def _timed(decode: Callable[[], list], rounds: int) -> tuple[list, list[float]]:
@@ -109,10 +113,11 @@ class Bench:
         return _timed(lambda: tinygpt.generate(lambda m, t, p: step(t, m, p), lambda r: r,
                                                self.ps, a.tokens), a.rounds)
 
-    def cgc_rows(self, stages: int, graphs: bool) -> tuple[list, list[float]]:
+    def cgc_rows(self, stages: int, graphs: bool,
+                 compiled: bool = False) -> tuple[list, list[float]]:
         a = self.args
         dag = hf_decode.build_dag(self.spec, stages, a.microbatches, self.batch, self.max_seq,
-                                  a.device, a.gpus, cuda_graph=graphs)
+                                  a.device, a.gpus, cuda_graph=graphs, compile=compiled)
         with cgc.compile(dag, name=f"hf{stages}").start(get_timeout=600) as g:
             out = _timed(lambda: tinygpt.generate(g.execute, lambda r: r.get(), self.ps,
                                                   a.tokens), a.rounds)
@@ -164,8 +169,8 @@ class Bench:
                 got, times = self.floor(system == "generate_compiled")
                 if self.args.device == "cuda":
                     torch.cuda.empty_cache()
-            elif system in ("cgc", "cgc_graph"):
-                got, times = self.cgc_rows(stages, system == "cgc_graph")
+            elif system.startswith("cgc"):
+                got, times = self.cgc_rows(stages, system != "cgc", system.endswith("compiled"))
             else:
                 got, times = getattr(self, system)()
         except Exception as e:  # a row that fails is reported; the others go on
@@ -216,8 +221,9 @@ def main() -> None:
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
     systems = args.systems.split(",")
-    if unknown := set(systems) - set(SYSTEMS):
-        raise SystemExit(f"unknown systems {sorted(unknown)}: choose from {SYSTEMS}")
+    if unknown := set(systems) - set(SYSTEMS) - set(EXTRA_SYSTEMS):
+        raise SystemExit(f"unknown systems {sorted(unknown)}: choose from "
+                         f"{SYSTEMS + EXTRA_SYSTEMS}")
     print(f"transformers {transformers.__version__} | torch {torch.__version__} | ray "
           f"{ray.__version__} | {args.model} {args.size} {args.dtype} {args.attn} on "
           f"{args.device} | microbatches {args.microbatches} prompt {args.prompt_len} "
@@ -233,7 +239,7 @@ def main() -> None:
         order += ["generate_compiled"] if "generate_compiled" in systems else []
         for system in order:
             for stages in ([int(s) for s in args.stages.split(",")]
-                           if system in ("cgc", "cgc_graph") else [2 if "ray" in system else 0]):
+                           if system.startswith("cgc") else [2 if "ray" in system else 0]):
                 print(f"batch {batch}: {system} {stages or ''}", file=sys.stderr, flush=True)
                 rows.append(bench.run(system, stages))
                 if args.json:  # after every row: a run stopped by a timeout keeps its rows
