@@ -83,7 +83,10 @@ def model_spec(family: str | None = None, size: str = "tiny", checkpoint: str | 
 
 
 def build_config(spec: dict[str, Any]) -> Any:
-    """The library's config object for ``spec``, with its attention implementation set."""
+    """The library's config object for ``spec``, with its attention implementation set.
+
+    Example: ``build_config(model_spec("llama")).num_hidden_layers == 4``.
+    """
     cfg = dict(spec["config"])
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     config._attn_implementation = spec["attn"]
@@ -108,15 +111,12 @@ class Weights:
     """Tensors by key: read lazily from a ``save_pretrained`` directory, or drawn at random.
 
     ``read`` lists every key this object handed out, in order (what a stage loaded).
-
-    Raises:
-        KeyError: from ``get``, a key the checkpoint does not hold.
+    ``tied``: the model's ``tie_word_embeddings`` (its config's value, defaults included).
     """
 
-    def __init__(self, spec: dict[str, Any], device: torch.device) -> None:
+    def __init__(self, spec: dict[str, Any], device: torch.device, tied: bool) -> None:
         self.path, self.seed, self.device = spec["checkpoint"], spec["seed"], device
-        self.arch = spec["arch"]
-        self.tied = bool(spec["config"].get("tie_word_embeddings", False))
+        self.arch, self.tied = spec["arch"], tied
         self.read: list[str] = []
         self._files: dict[str, Any] = {}
         self._where: dict[str, str] = {}
@@ -133,10 +133,20 @@ class Weights:
                 self._where = {k: "model.safetensors" for k in f.keys()}
 
     def get(self, key: str, shape: Sequence[int]) -> torch.Tensor:
-        """The tensor named ``key`` (float32 or the checkpoint's dtype), on this device."""
+        """The tensor named ``key`` (float32 or the checkpoint's dtype), on this device; a
+        tied head is the embedding's tensor.
+
+        Raises:
+            KeyError: the checkpoint does not hold ``key``.
+            ValueError: it holds another shape.
+        """
         if key == "lm_head.weight" and self.tied and (self.path is None
                                                       or key not in self._where):
-            key = next(k for k in self._keys_like("embed_tokens.weight"))
+            like = self._keys_like("embed_tokens.weight")
+            if len(like) != 1:
+                raise KeyError(f"{key}: tied, and the checkpoint has {len(like)} embeddings "
+                               f"({like})")
+            key = like[0]
         self.read.append(key)
         if self.path is None:
             return _random(f"{self.arch}:{key}", shape, self.seed, self.device)
@@ -186,11 +196,14 @@ def load_model(spec: dict[str, Any], device: str = "auto") -> Any:
     """The whole model in this process (the reference), with the stages' exact weights.
 
     Example: ``load_model(model_spec("llama")).generate(ids, max_new_tokens=4)``.
+
+    Raises:
+        KeyError: the checkpoint lacks a tensor of the model.
     """
     dev = tinygpt.pick_device(device)
     dtype = getattr(torch, spec["dtype"])
     model, config = _skeleton(spec)
-    weights = Weights(spec, dev)
+    weights = Weights(spec, dev, config.tie_word_embeddings)
     _fill(model, "", weights, dtype)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.get_input_embeddings().weight
@@ -246,6 +259,8 @@ class HFStage:
     ``tinygpt.GPTStage``'s contract (positions as a tensor, the whole cache masked), so a
     step is the same kernels at every position and can be replayed as a CUDA graph.
 
+    Example: ``HFStage(model_spec("qwen2"), 0, 2, microbatches=2, batch=4, max_seq=64)``.
+
     Raises:
         ValueError: a span outside the model, or an attention implementation without a mask
             here (see ``ATTENTION``).
@@ -263,7 +278,7 @@ class HFStage:
         self.first, self.last, self.is_first, self.is_last = first, last, first == 0, last == n
         self.config, self.batch, self.max_seq = config, batch, max_seq
         base, prefix = getattr(model, model.base_model_prefix), model.base_model_prefix + "."
-        self.weights = Weights(spec, self.device)
+        self.weights = Weights(spec, self.device, config.tie_word_embeddings)
         self.embed = self.norm = self.head = None
         if self.is_first:
             self.embed = base.embed_tokens
@@ -355,12 +370,18 @@ class HFStage:
             return self.head(self.norm(h)[:, -1:]).float()[:, -1].argmax(dim=-1)
 
     def loaded_keys(self) -> list[str]:
-        """Every checkpoint (or random) key this stage read, in order."""
+        """Every checkpoint (or random) key this stage read, in order.
+
+        Example: ``HFStage(spec, 0, 1).loaded_keys()[0] == "model.embed_tokens.weight"``.
+        """
         return list(self.weights.read)
 
     def memory(self) -> dict[str, int]:
         """Bytes this stage holds: weights, KV caches, the device's allocator (CUDA: now and
-        at peak), and the process's peak resident set (``ru_maxrss``)."""
+        at peak), and the process's peak resident set (``ru_maxrss``).
+
+        Example: ``stage.memory()["weights"]`` (bytes).
+        """
         params = {id(p): p.numel() * p.element_size()
                   for m in self._modules() for p in m.parameters()}
         kv = sum(t.numel() * t.element_size()
@@ -375,7 +396,10 @@ class HFStage:
 
 def prompts(spec: dict[str, Any], microbatches: int, batch: int, length: int,
             seed: int = 1) -> list[torch.Tensor]:
-    """Random prompts from ``seed``: one ``(batch, length)`` tensor of ids per microbatch."""
+    """Random prompts from ``seed``: one ``(batch, length)`` tensor of ids per microbatch.
+
+    Example: ``prompts(model_spec("llama"), 2, 4, 16)[1].shape == (4, 16)``.
+    """
     gen = torch.Generator().manual_seed(seed)
     vocab = spec["config"]["vocab_size"]
     return [torch.randint(0, vocab, (batch, length), generator=gen)
@@ -387,6 +411,8 @@ def generate_reference(model: Any, prompt_list: Sequence[torch.Tensor], new_toke
     """``model.generate(do_sample=False)`` per microbatch: its new tokens, never stopped
     early (no end-of-sequence token), on the CPU. ``kwargs`` are generation options (e.g.
     ``cache_implementation="static"``).
+
+    Example: ``generate_reference(load_model(spec), prompts(spec, 1, 2, 8), 16)``.
 
     Raises:
         RuntimeError: ``generate`` returned fewer tokens than asked for.
@@ -417,7 +443,10 @@ def generate_reference(model: Any, prompt_list: Sequence[torch.Tensor], new_toke
 
 
 def run_stages(stages: Sequence[HFStage], tokens: torch.Tensor, mb: int, pos: Any) -> Any:
-    """One step through every stage in this process (no actors)."""
+    """One step through every stage in this process (no actors).
+
+    Example: ``run_stages(stages, prompt, 0, 0)``: microbatch 0's prefill, its next tokens.
+    """
     x = tokens
     for s in stages:
         x = s.forward(x, mb, pos)
@@ -426,7 +455,10 @@ def run_stages(stages: Sequence[HFStage], tokens: torch.Tensor, mb: int, pos: An
 
 def first_difference(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> str | None:
     """Where two decodes first differ (``"microbatch m, sequence s, token t: a != b"``), or
-    None when they are equal token for token."""
+    None when they are equal token for token.
+
+    Example: ``first_difference(staged, generate_reference(model, ps, 8)) is None``.
+    """
     for m, (g, w) in enumerate(zip(got, want, strict=True)):
         if g.shape != w.shape:
             return f"microbatch {m}: shape {tuple(g.shape)} != {tuple(w.shape)}"
