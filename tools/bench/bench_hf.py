@@ -5,14 +5,16 @@ against cgc, every system's tokens checked against ``model.generate`` (issue 35)
     python tools/bench/bench_hf.py --size 1b --device cuda --dtype bfloat16 --batches 1,8
 
 Systems (``--systems``): ``generate`` (``model.generate`` in this process, eager, dynamic
-cache), ``generate_compiled`` (static cache and ``torch.compile(mode="reduce-overhead")``
-of ``model.forward``, the recipe of transformers' docs: the floor a user has; on the CPU
-without ``reduce-overhead``'s CUDA graphs), ``cgc`` / ``cgc_graph`` (``hf_decode.build_dag``,
-eager / each stage's step replayed as a CUDA graph; ``1`` and ``2`` stages), ``ray_cgraph``
-(``ray_hf_decode``'s program on Ray Compiled Graph, 2 stages), ``ray_actors`` (the same
-actors called with ``.remote()``, references passed along, 2 stages), ``floor_graph`` (one
-``HFStage`` holding every layer, in this process, its step replayed by cgc's
-``CapturedCall``: what the pipeline rows would reach without actors; eager on the CPU).
+cache); ``generate_compiled`` (the static cache, compiled: on CUDA by ``generate`` itself
+where transformers does that (5.x: the decode step, ``mode="reduce-overhead"``), else
+``torch.compile(model.forward, mode="reduce-overhead")`` as transformers' docs say; on the
+CPU without ``reduce-overhead``'s CUDA graphs; the row says which): the floor a user has;
+``cgc`` / ``cgc_graph`` (``hf_decode.build_dag``, eager / each stage's step replayed as a
+CUDA graph; ``1`` and ``2`` stages); ``ray_cgraph`` (``ray_hf_decode``'s program on Ray
+Compiled Graph, 2 stages); ``ray_actors`` (the same actors called with ``.remote()``,
+references passed along, 2 stages); ``floor_graph`` (one ``HFStage`` holding every layer,
+in this process, its step replayed by cgc's ``CapturedCall``: what the pipeline rows would
+reach without actors; eager on the CPU).
 By name only: ``cgc_graph_compiled`` (``cgc_graph`` with each stage's layers through
 ``torch.compile``).
 
@@ -89,6 +91,7 @@ class Bench:
         self.ps = hf_stages.prompts(self.spec, args.microbatches, batch, args.prompt_len,
                                     args.seed + 1)
         self.warm = min(args.warm_tokens, args.tokens)
+        self.how = ""  # how generate_compiled compiled
         self.want: list | None = None
         self.memory: list[dict[str, int]] = []
 
@@ -98,8 +101,17 @@ class Bench:
         kwargs: dict[str, Any] = {}
         if compiled:
             kwargs["cache_implementation"] = "static"
-            mode = "reduce-overhead" if a.device == "cuda" else None
-            model.forward = torch.compile(model.forward, mode=mode, fullgraph=True)
+            # transformers with a compile_config compiles the decode step itself on CUDA for a
+            # static cache (mode "reduce-overhead"): what its users get, and compiling
+            # model.forward as well would nest two compilations. Elsewhere, the recipe of its
+            # docs (without "reduce-overhead"'s CUDA graphs on the CPU).
+            if a.device == "cuda" and hasattr(model.generation_config, "compile_config"):
+                self.how = "generate's own compile of the decode step (reduce-overhead)"
+            else:
+                mode = "reduce-overhead" if a.device == "cuda" else None
+                model.forward = torch.compile(model.forward, mode=mode, fullgraph=True)
+                self.how = f"torch.compile(model.forward, mode={mode!r}, fullgraph=True)"
+            print(f"  generate_compiled: {self.how}", file=sys.stderr, flush=True)
 
         def decode(k: int) -> list:
             out = hf_stages.generate_reference(model, self.ps, k, **kwargs)
@@ -188,6 +200,8 @@ class Bench:
             return row
         if system == "generate":
             self.want = got
+        if system == "generate_compiled":
+            row["compiled"] = self.how
         n = self.args.microbatches * self.batch * self.args.tokens
         diff = None if self.want is None else hf_stages.first_difference(got, self.want)
         row.update(tokens_per_s=n / statistics.median(times), equal=diff is None,
