@@ -19,8 +19,9 @@ By name only: ``cgc_graph_compiled`` (``cgc_graph`` with each stage's layers thr
 ``torch.compile``).
 
 Each row: one untimed warm-up decode (``--warm-tokens``; the ``generate`` rows every
-token, as the static cache's length is part of what is compiled), then ``--rounds`` timed ones (prefill included:
-``microbatches x batch x tokens`` new tokens over the wall time, median). The pipeline rows
+token, as the static cache's length is part of what is compiled), then ``--rounds`` timed
+ones (prefill included: ``microbatches x batch x tokens`` new tokens over the wall time,
+median). The pipeline rows
 keep ``--microbatches`` in flight; the ``generate`` rows decode the same microbatches one
 after another. ``equal``: the row's tokens against ``generate``'s (in bf16 a kernel may make
 them differ: the first difference is shown). Prints a markdown table, and the JSON rows
@@ -203,8 +204,10 @@ class Bench:
         if system == "generate_compiled":
             row["compiled"] = self.how
         n = self.args.microbatches * self.batch * self.args.tokens
+        # Without generate's tokens (its row failed) nothing is checked: equal is None.
         diff = None if self.want is None else hf_stages.first_difference(got, self.want)
-        row.update(tokens_per_s=n / statistics.median(times), equal=diff is None,
+        row.update(tokens_per_s=n / statistics.median(times),
+                   equal=None if self.want is None else diff is None,
                    first_difference=diff, seconds=round(time.perf_counter() - t0, 1))
         print(f"  {row}", file=sys.stderr, flush=True)
         return row
@@ -219,7 +222,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         tps, f = r.get("tokens_per_s"), floor.get(r["batch"])
         ratio = f"{tps / f:.2f}x" if tps and f else "-"
-        equal = r.get("error") or ("yes" if r.get("equal") else r.get("first_difference"))
+        equal = r.get("error") or {True: "yes", None: "unchecked"}.get(
+            r.get("equal"), r.get("first_difference"))
         lines.append(f"| {r['batch']} | {r['system']} | {r['stages']} | "
                      f"{f'{tps:,.0f}' if tps else '-'} | {ratio} | {equal} |")
     return "\n".join(lines)
