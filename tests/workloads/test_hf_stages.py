@@ -76,6 +76,25 @@ def test_staged_tokens_equal_generate(family, attn):
     assert hf_stages.first_difference(static, want) is None
 
 
+@pytest.mark.parametrize("family,window", [
+    ("mistral", dict(sliding_window=4)),  # every layer
+    ("qwen2", dict(use_sliding_window=True, sliding_window=4, max_window_layers=2))])  # 2 of 4
+def test_sliding_windows_shorter_than_the_sequence(family, window):
+    if not hasattr(transformers, hf_stages.FAMILIES[family]):
+        pytest.skip(f"transformers {transformers.__version__} has no {family}")
+    spec = hf_stages.model_spec(family, "tiny", seed=2)
+    plain = hf_stages.model_spec(family, "tiny", seed=2)
+    spec["config"].update(window)
+    ps = hf_stages.prompts(spec, 2, 2, PROMPT)
+    want = hf_stages.generate_reference(hf_stages.load_model(spec, "cpu"), ps, TOKENS)
+    stages = _staged(spec)
+    assert any(w == 4 for s in stages for w in s.windows)
+    assert hf_stages.first_difference(_decode_here(stages, ps), want) is None
+    # The window matters here: without it, other tokens.
+    unwindowed = hf_stages.generate_reference(hf_stages.load_model(plain, "cpu"), ps, TOKENS)
+    assert hf_stages.first_difference(unwindowed, want) is not None
+
+
 def test_uneven_split_and_one_stage(llama):
     spec, ps, want = llama
     spans = [(0, 1), (1, 4)]
