@@ -97,7 +97,9 @@ def mismatch(what: str, side: tuple[str, str] = ADAPTER) -> RayVersionError:
 
 
 def _resolve(module: str, name: str) -> Any:
-    obj: Any = sys.modules.get(module) or importlib.import_module(module)
+    # Why import_module and not sys.modules: a module another thread is importing is in
+    # sys.modules before its body ran (its names missing); import_module waits for it.
+    obj: Any = importlib.import_module(module)
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
