@@ -16,7 +16,7 @@ Concerns and where they live:
   the hang report of a get timeout.
 - **Down state** (``GraphState``): ``closing`` and the first failure, shared by both.
 - **Teardown** (``cgc.runtime.teardown``), **monitoring** (``cgc.runtime.monitor``), set-up
-  (``cgc.runtime.start``, which builds the graph and calls ``_started`` once).
+  (``cgc.runtime.start``, which builds the graph through its set-up steps, each once).
 
 Locks: ``_submit_lock`` (input writes) and the book's lock (output reads, the results),
 always taken in that order, so a thread waiting for a result never blocks another
