@@ -97,8 +97,8 @@ class CompiledGraph:
     come from ``config``.
 
     Built by ``cgc.runtime.start.start_graph``: the constructor, then one call of each
-    set-up step (``bind_actors``, ``use_bells``, ``record_placement``, ``watch``,
-    ``started``), which are the only writers of the fields they name.
+    set-up step (``bind_actors``, ``use_bells``, ``record_nodes``, ``record_bindings``,
+    ``watch``, ``started``), the only writers of the fields they name.
     """
 
     def __init__(self, plan: Any, gid: str, prefix: str, config: RunConfig, *,
@@ -159,14 +159,21 @@ class CompiledGraph:
         """
         self.bells, self.bell_ahead = bells, ahead
 
-    def record_placement(self, actor_nodes: dict[str, str], channel_bindings: dict[int, str],
-                         comm_bindings: dict[int, Any]) -> None:
-        """Set-up step: where each endpoint landed (Ray node id, ``"@driver"`` too) and how
-        each channel and communicator was bound from it.
+    def record_nodes(self, actor_nodes: dict[str, str]) -> None:
+        """Set-up step: where each endpoint landed (Ray node id by name, ``"@driver"`` too;
+        teardown's trace uses it to align clocks).
 
-        Example: ``graph.record_placement({"a": n0, "@driver": n0}, {1: "shm"}, {})``.
+        Example: ``graph.record_nodes({"a": node0, "@driver": node0})``.
         """
         self.actor_nodes = actor_nodes
+
+    def record_bindings(self, channel_bindings: dict[int, str],
+                        comm_bindings: dict[int, Any]) -> None:
+        """Set-up step: how each channel and communicator was bound from where the
+        endpoints landed (see the class attributes).
+
+        Example: ``graph.record_bindings({1: "shm", 2: "nccl"}, {1: binding})``.
+        """
         self.channel_bindings = channel_bindings
         self.comm_bindings = comm_bindings
 

@@ -219,6 +219,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     # removes the graph's segments once these actors are gone too.
     janitor.watch(graph.prefix, sorted(p["pid"] for n, p in probes.items()
                                        if p["node"] == info.driver_node))
+    graph.record_nodes(node)
     tcp = _tcp_channels(low, node, cfg.host_transport)
     bindings = {
         ch.id: ("tcp" if ch.id in tcp else "shm") for ch in low.channels if ch.kind == pb.CHAN_HOST
@@ -228,7 +229,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     for ch in low.channels:
         if ch.kind == pb.CHAN_NCCL:
             bindings[ch.id] = transports[ch.communicator]
-    graph.record_placement(node, bindings, dict(binds))
+    graph.record_bindings(bindings, dict(binds))
     # Round 2: writers create their rings (or TCP listeners); the driver its input ones.
     import ray
 
