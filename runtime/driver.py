@@ -98,7 +98,8 @@ class CompiledGraph:
 
     Built by ``cgc.runtime.start.start_graph``: the constructor, then one call of each
     set-up step (``bind_actors``, ``use_bells``, ``record_nodes``, ``record_bindings``,
-    ``watch``, ``started``), the only writers of the fields they name.
+    ``watch``, ``started``), the only writers of the fields they name; the Ray drop-in adds
+    ``kill_with_session``.
     """
 
     def __init__(self, plan: Any, gid: str, prefix: str, config: RunConfig, *,
