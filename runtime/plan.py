@@ -143,35 +143,17 @@ class Plan:
             PlacementError: some actors cannot be placed on the cluster (named).
             SetupError: actors, channels or warm-up failed.
         """
+        # Every keyword above is a ``RunConfig`` field (a test keeps the two the same), so
+        # they are passed on as they are; ``RunConfig.from_plan`` checks each.
+        options = {k: v for k, v in locals().items() if k not in ("self", "address")}
         from cgc.runtime.start import start_graph
         from cgc.runtime.trust_gate import require_trusted
 
         require_trusted(self)
-
-        return start_graph(
-            self,
-            address,
-            submit_timeout=submit_timeout,
-            get_timeout=get_timeout,
-            teardown_timeout=teardown_timeout,
-            setup_timeout=setup_timeout,
-            communicator=communicator,
-            capacity=capacity,
-            at_capacity=at_capacity,
-            max_buffered_results=max_buffered_results,
-            max_buffered_bytes=max_buffered_bytes,
-            slot_bytes=slot_bytes,
-            spin_us=spin_us,
-            host_transport=host_transport,
-            trace=None if trace is None else os.fspath(trace),
-            torch_profile=None if torch_profile is None else os.fspath(torch_profile),
-            nvtx=nvtx,
-            wake_ahead=wake_ahead,
-            dashboard=dashboard,
-            max_frame_bytes=max_frame_bytes,
-            cuda_graphs=cuda_graphs,
-            ray_events=ray_events,
-        )
+        for path in ("trace", "torch_profile"):
+            if options[path] is not None:
+                options[path] = os.fspath(options[path])
+        return start_graph(self, address, **options)
 
 
 def load(path: str | os.PathLike[str], *, trust: bool = False) -> Plan:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cgc.runtime.errors import RefConsumedError
 
 if TYPE_CHECKING:
-    from cgc.runtime.driver import CompiledGraph
+    from cgc.runtime.result_book import ResultBook
 
 __all__ = ["Ref"]
 
@@ -27,10 +27,10 @@ __all__ = ["Ref"]
 class Ref:
     """One output of one execution: ``get()`` it once, or ``await`` it."""
 
-    __slots__ = ("_graph", "exec_index", "output_index", "_done", "__weakref__")
+    __slots__ = ("_book", "exec_index", "output_index", "_done", "__weakref__")
 
-    def __init__(self, graph: CompiledGraph, exec_index: int, output_index: int) -> None:
-        self._graph = graph
+    def __init__(self, book: ResultBook, exec_index: int, output_index: int) -> None:
+        self._book = book  # the graph's ResultBook: get() goes straight to it
         self.exec_index = exec_index
         self.output_index = output_index
         self._done = False
@@ -60,15 +60,24 @@ class Ref:
                 f"the result of execution {self.exec_index} (output {self.output_index}) was "
                 "already fetched; each ref can be fetched once"
             )
-        return self._graph.fetch(self, timeout)
+        return self._book.fetch(self, timeout)
+
+    @property
+    def fetched(self) -> bool:
+        """True once ``get()`` returned the value or raised the execution's error (the ref
+        is used up; a timeout or a full buffer leaves it unfetched).
+
+        Example: ``ref.get(); assert ref.fetched``.
+        """
+        return self._done
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self._graph.fetch_async(self).__await__()
+        return self._book.fetch_async(self).__await__()
 
     def __del__(self) -> None:
         if not self._done:
             try:
-                self._graph.release(self.exec_index)
+                self._book.release(self.exec_index)
             except Exception:  # noqa: BLE001 - interpreter shutdown
                 pass
 

@@ -150,14 +150,13 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     # Segments that crashed or killed processes left behind go before anything new is made.
     sweep_dead_segments()
     gid = uuid.uuid4().hex[:10]
-    graph = CompiledGraph(plan, gid, new_graph_prefix(), cfg)
-    graph.ray_session = ray_session()
+    graph = CompiledGraph(plan, gid, new_graph_prefix(), cfg, ray_session=ray_session())
     # ray.shutdown() of this session tears the graph down first (as Ray does its own).
     track_session()
     secret = new_graph_secret()
     deadline = time.monotonic() + cfg.setup_timeout
     try:
-        graph.actors, graph.created = make_actors(plan, info.drop_gpus, gid)
+        graph.bind_actors(*make_actors(plan, info.drop_gpus, gid))
         _setup_rounds(graph, proto, cfg, info, secret, deadline)
     except BaseException as exc:
         graph.teardown()
@@ -165,9 +164,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
             raise  # a KeyboardInterrupt (Ctrl-C during start) stays one, the graph torn down
         raise SetupError(f"starting plan {proto.name!r} failed: {type(exc).__name__}: "
                          f"{exc}") from exc
-    graph.register()
-    graph.setup_seconds = time.perf_counter() - t0
-    graph.ray_start_seconds = ray_s
+    graph.started(time.perf_counter() - t0, ray_s)
     return graph
 
 
@@ -187,8 +184,8 @@ def _wake_ahead(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig) -> int:
     deepest = max((p.wake_depth for p in proto.lowered.programs), default=0)
     if window < 1 or deepest < 2 or not HAVE_WAITV:
         return 0
-    graph.bells = Bells.create(graph.prefix + "bell", deepest)
-    graph.bell_ahead = list(range(2, min(1 + window, deepest) + 1))
+    graph.use_bells(Bells.create(graph.prefix + "bell", deepest),
+                    list(range(2, min(1 + window, deepest) + 1)))
     return window
 
 
@@ -222,17 +219,17 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     # removes the graph's segments once these actors are gone too.
     janitor.watch(graph.prefix, sorted(p["pid"] for n, p in probes.items()
                                        if p["node"] == info.driver_node))
-    graph.actor_nodes = node
+    graph.record_nodes(node)
     tcp = _tcp_channels(low, node, cfg.host_transport)
-    graph.channel_bindings = {
+    bindings = {
         ch.id: ("tcp" if ch.id in tcp else "shm") for ch in low.channels if ch.kind == pb.CHAN_HOST
     }
     binds = bind_transports(proto, probes, node, cfg.communicator, fake_hosts)
-    graph.comm_bindings = dict(binds)
     transports = {cid: b.transport for cid, b in binds.items()}
     for ch in low.channels:
         if ch.kind == pb.CHAN_NCCL:
-            graph.channel_bindings[ch.id] = transports[ch.communicator]
+            bindings[ch.id] = transports[ch.communicator]
+    graph.record_bindings(bindings, dict(binds))
     # Round 2: writers create their rings (or TCP listeners); the driver its input ones.
     import ray
 
@@ -277,5 +274,5 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
         raise SetupError(f"warm-up: the driver read {warm!r} instead of the warm-up markers")
     waiters = {call_in_actor(h, ex.wait_loop, graph.gid, system_group=True): n
                for n, h in handles.items()}
-    graph.monitor = Monitor(graph, waiters)
+    graph.watch(Monitor(graph, waiters))
     graph.monitor.start()

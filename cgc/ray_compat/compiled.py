@@ -162,11 +162,11 @@ class CompiledDAG:
         # Why a deque: refs are dropped in __del__, at any moment in any thread (the garbage
         # collector); appending is atomic, the books are updated where they are read.
         self._dropped_refs: collections.deque[tuple[int, int | None]] = collections.deque()
-        self._multi = graph._multi
+        self._multi = graph.multi_output
         self._get_timeout = graph.get_timeout
         self._torn_down = False
         # As Ray's ray.shutdown() does with its compiled graphs' actors (kill_actors=True).
-        graph.kill_at_session_end = list(plan.live_handles.values())
+        graph.kill_with_session(list(plan.live_handles.values()))
 
     @property
     def is_teardown(self) -> bool:
@@ -273,7 +273,7 @@ class CompiledDAG:
     @property
     def _execution_index(self) -> int:
         """The index of the last submitted execution (-1 before the first), as Ray's."""
-        return int(self.graph._submitted) - 1
+        return int(self.graph.submitted) - 1
 
     @property
     def _max_finished_execution_index(self) -> int:

@@ -85,7 +85,7 @@ class CgcDAGRef(CompiledDAGRef):
             RayChannelTimeoutError, RayCgraphCapacityExceeded, RayChannelError,
             ActorDiedError: see ``cgc.ray_compat.errors``.
         """
-        if self._ref._done:
+        if self._ref.fetched:
             raise ValueError("ray.get() can only be called once on a CompiledDAGRef, and it "
                              "was already called.")
         ri.note_fetched(self)
@@ -93,7 +93,7 @@ class CgcDAGRef(CompiledDAGRef):
         try:
             value = self._ref.get(_cgc_timeout(timeout, dag._get_timeout))
         except CgcError as exc:
-            if self._ref._done:  # the app's error: the ref is used up
+            if self._ref.fetched:  # the app's error: the ref is used up
                 _note(self, "got")
                 dag._after_get()
             # A timeout or a full buffer loses nothing: unlike Ray, the ref can be fetched
@@ -106,7 +106,7 @@ class CgcDAGRef(CompiledDAGRef):
     def __del__(self) -> None:
         # The wrapped cgc Ref frees an unfetched result when it goes; Ray's books note it.
         try:
-            if not self._ref._done and not ri.ref_fields(self).dag.is_teardown:
+            if not self._ref.fetched and not ri.ref_fields(self).dag.is_teardown:
                 _note(self, "dropped")
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
@@ -136,12 +136,12 @@ class CgcDAGFuture(CompiledDAGFuture):
         except CgcError as exc:
             raise to_ray_error(exc, dag._words) from exc
         finally:
-            if self._ref._done:
+            if self._ref.fetched:
                 _note(self, "got")
 
     def __del__(self) -> None:
         try:  # as CgcDAGRef
-            if not self._ref._done and not ri.ref_fields(self).dag.is_teardown:
+            if not self._ref.fetched and not ri.ref_fields(self).dag.is_teardown:
                 _note(self, "dropped")
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
