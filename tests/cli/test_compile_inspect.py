@@ -150,10 +150,19 @@ def test_inspect_corrupted(echo_plan, tmp_path):
     assert_clean_error(cgc("inspect", str(bad)), EXIT_INVALID_PLAN, "corrupted")
 
 
-def test_inspect_missing_file(tmp_path):
-    assert_clean_error(
-        cgc("inspect", str(tmp_path / "none.cgplan")), EXIT_INVALID_PLAN, "cannot read"
-    )
+@pytest.mark.parametrize("command", ["inspect", "check", "viz", "run"])
+def test_missing_plan_file_is_a_usage_error(command, tmp_path):
+    # A path that is not there is a wrong command line (2), not an invalid plan (4).
+    missing = tmp_path / "none.cgplan"
+    assert_clean_error(cgc(command, str(missing)), EXIT_USAGE, f"{missing}: no such plan file")
+
+
+def test_check_of_a_model_file_says_how_to_compile_it(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("def build_dag():\n    pass\n")
+    proc = cgc("check", str(model))
+    assert_clean_error(proc, EXIT_INVALID_PLAN, "not a cgc plan file",
+                       f"to compile a model file: cgc compile {model} -o model.cgplan")
 
 
 # Plans over cgc's bounds (issue 20): inspect refuses them as check and viz do. Each is the
