@@ -4,6 +4,7 @@ key (``--no-sign`` skips it), with a short summary."""
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,9 +65,13 @@ def compile_cmd(
 
     path, _ = split_target(target)
     out = output or Path(path.stem + ".cgplan")
-    plan = compile_file(
-        target, allow_pickle=allow_pickle, overlap=overlap, costs=_parse_costs(costs)
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = compile_file(
+            target, allow_pickle=allow_pickle, overlap=overlap, costs=_parse_costs(costs)
+        )
+    for w in caught:  # one line each, naming the user's line (not cgc's)
+        click.echo(f"warning: {w.message}", err=True)
     plan.save(out, sign=not no_sign)
     data = out.read_bytes()
     click.echo(summarize(plan.proto, target, out, data))

@@ -45,6 +45,7 @@ def test_every_example_compiles_deterministically_inspects_and_checks(example, t
         proc = cgc("compile", str(ROOT / "examples" / example), "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         assert "compiled" in proc.stdout and "actors" in proc.stdout
+        assert "never used" not in proc.stderr, proc.stderr
     assert first.read_bytes() == second.read_bytes()
     text = cgc("inspect", str(first))
     assert text.returncode == 0, text.stderr
@@ -109,6 +110,51 @@ def test_model_that_raises_names_its_line(tmp_path):
     model.write_text("def build_dag():\n    raise RuntimeError('no graph today')\n")
     proc = cgc("compile", str(model), "-o", str(tmp_path / "b.cgplan"))
     assert_clean_error(proc, EXIT_INVALID_INPUT, "boom.py:2", "no graph today")
+
+
+def test_plain_class_bind_says_to_decorate_it(tmp_path):
+    model = tmp_path / "plain.py"
+    model.write_text(textwrap.dedent("""\
+        from cgc import InputNode
+
+        class Worker:
+            def step(self, x):
+                return x
+
+        def build_dag():
+            a = Worker.bind()
+            with InputNode() as inp:
+                return a.step.bind(inp)
+        """))
+    proc = cgc("compile", str(model), "-o", str(tmp_path / "p.cgplan"))
+    assert_clean_error(proc, EXIT_INVALID_INPUT, "plain.py:8", "class Worker is not an actor "
+                       "class: decorate it with @cgc.actor (or @ray.remote)")
+
+
+@pytest.mark.parametrize("api", ["cgc", "ray"])
+def test_unused_actor_is_named_at_compile(api, tmp_path):
+    deco, node = ("cgc.actor", "cgc") if api == "cgc" else ("ray.remote", "ray.dag")
+    model = tmp_path / "unused.py"
+    model.write_text(textwrap.dedent(f"""\
+        import cgc
+        import ray
+        from {node} import InputNode
+
+        @{deco}
+        class Worker:
+            def step(self, x):
+                return x
+
+        def build_dag():
+            a, c = Worker.bind(), Worker.bind()
+            b = Worker.bind()
+            with InputNode() as inp:
+                return c.step.bind(a.step.bind(inp))
+        """))
+    proc = cgc("compile", str(model), "-o", str(tmp_path / "u.cgplan"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("never used") == 1, proc.stderr
+    assert "warning: unused.py:12: actor Worker bound here is never used" in proc.stderr
 
 
 def test_missing_model_file(tmp_path):
