@@ -72,7 +72,15 @@ def compile_cmd(
         )
     for w in caught:  # one line each, naming the user's line (not cgc's)
         click.echo(f"warning: {w.message}", err=True)
+    from cgc.plan_schema import signing
+
+    key_path = signing.config_dir() / signing.KEY_FILE
+    had_key = no_sign or key_path.exists()
     plan.save(out, sign=not no_sign)
+    if not had_key and key_path.exists():  # the first signed plan made the user's key: say so
+        click.echo(f"made your plan-signing key: {key_path} (once; plans you sign run here "
+                   "without --trust; `cgc keys show` prints its public line for others)",
+                   err=True)
     data = out.read_bytes()
     click.echo(summarize(plan.proto, target, out, data))
     from cgc.cli.trust_text import trust_lines

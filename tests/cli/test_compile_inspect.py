@@ -157,6 +157,21 @@ def test_unused_actor_is_named_at_compile(api, tmp_path):
     assert "warning: unused.py:12: actor Worker bound here is never used" in proc.stderr
 
 
+def test_first_compile_says_where_it_made_the_signing_key(tmp_path):
+    env = {**os.environ, "CGC_CONFIG_DIR": str(tmp_path / "config")}
+    lines = []
+    for out in ("a.cgplan", "b.cgplan"):
+        proc = subprocess.run([sys.executable, "-m", "cgc.cli.main", "compile",
+                               str(ROOT / "examples" / "echo.py"), "-o", str(tmp_path / out)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        lines.append([x for x in proc.stderr.splitlines() if "plan-signing key" in x])
+    key = tmp_path / "config" / "signing_key.pem"
+    assert key.exists()
+    assert len(lines[0]) == 1 and f"made your plan-signing key: {key}" in lines[0][0]
+    assert lines[1] == []  # once
+
+
 def test_missing_model_file(tmp_path):
     proc = cgc("compile", str(tmp_path / "nope.py"), "-o", str(tmp_path / "x.cgplan"))
     assert_clean_error(proc, EXIT_INVALID_INPUT, "no such model file")
