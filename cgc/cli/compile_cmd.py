@@ -65,8 +65,8 @@ def compile_cmd(
 
     path, _ = split_target(target)
     out = output or Path(path.stem + ".cgplan")
+    # The warnings filters stay as they are (Ray's deprecation notices stay hidden).
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
         plan = compile_file(
             target, allow_pickle=allow_pickle, overlap=overlap, costs=_parse_costs(costs)
         )
