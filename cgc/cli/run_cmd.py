@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 import click
@@ -164,7 +165,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             once()
         lat: list[float] = []
         t_all = time.perf_counter()
-        err = click.get_text_stream("stderr")
+        err = sys.stderr  # click 8.5 deprecates get_text_stream (mypy flags it)
         interrupted = False
         try:
             with click.progressbar(range(iters), label=f"running {plan.name}",
