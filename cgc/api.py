@@ -209,14 +209,16 @@ def compile_file(
     from cgc.frontend.offline_actors import offline_actors
 
     source = path.read_text(encoding="utf-8") if path.is_file() else ""
-    with frontend.record_ray_bind_sites():
+    from cgc.frontend.unused_actors import record_bound_actors, warn_unused_actors
+
+    with frontend.record_ray_bind_sites(), record_bound_actors() as bound:
         with offline_actors(source):
             model = mf.load_model_file(path, attr)
         output = mf.graph_output(model)
     examples, keywords = mf.example_inputs(model), mf.example_kwargs(model)
     if model.step is not None:
         examples, keywords = used_examples(model.step, examples, keywords)
-    return compile(
+    plan = compile(
         output,
         name=path.stem,
         example_inputs=examples,
@@ -228,3 +230,5 @@ def compile_file(
         at_capacity=at_capacity,
         _model=model,
     )
+    warn_unused_actors(plan.proto, bound)  # an actor the graph never reaches: say so
+    return plan

@@ -98,11 +98,28 @@ def load_model_file(path: Path, attr: str | None = None) -> ModelFile:
         sys.modules.pop(name, None)
         raise CompileError(
             f"{user_frame(exc, path)}: importing the model file raised {type(exc).__name__}: {exc}"
+            + actor_hint(exc)
         ) from exc
     finally:
         if added:
             sys.path.remove(folder)
     return ModelFile(path=path, module=module, attr=attr or DEFAULT_ATTR)
+
+
+def actor_hint(exc: BaseException) -> str:
+    """A hint when ``exc`` is ``Cls.bind`` (or ``.remote``/``.options``) looked up on a plain
+    class: the class lacks ``@cgc.actor``; ``""`` for any other exception.
+
+    Example: for ``Worker.bind()`` on an undecorated ``class Worker`` the text is
+    ``"; class Worker is not an actor class: decorate it with @cgc.actor (or @ray.remote)"``.
+    """
+    if not isinstance(exc, AttributeError) or exc.name not in ("bind", "remote", "options"):
+        return ""
+    obj = getattr(exc, "obj", None)
+    if not isinstance(obj, type):
+        return ""
+    return (f"; class {obj.__name__} is not an actor class: decorate it with @cgc.actor "
+            f"(or @ray.remote) to call {obj.__name__}.{exc.name}()")
 
 
 def user_frame(exc: BaseException, path: Path) -> str:
@@ -146,6 +163,7 @@ def graph_output(model: ModelFile) -> Any:
     except Exception as exc:
         raise CompileError(
             f"{user_frame(exc, model.path)}: {model.attr}() raised {type(exc).__name__}: {exc}"
+            + actor_hint(exc)
         ) from exc
 
 

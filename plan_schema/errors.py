@@ -16,6 +16,7 @@ __all__ = [
     "CgcError",
     "PlanFormatError",
     "UntrustedPlanError",
+    "PlanFileMissingError",
     "ConfigError",
     "CompileError",
     "RayVersionError",
@@ -43,6 +44,16 @@ class PlanFormatError(CgcError):
 
 class UntrustedPlanError(PlanFormatError):
     """The plan holds pickled values and the caller did not say it trusts the file."""
+
+
+class PlanFileMissingError(PlanFormatError):
+    """The plan path names no file (a usage error: exit 2, not 4).
+
+    A ``PlanFormatError`` still, so code that catches those for any unreadable plan keeps
+    working; the CLI exits with 2 because the command line named a path that is not there.
+    """
+
+    exit_code = EXIT_USAGE
 
 
 class ConfigError(CgcError):

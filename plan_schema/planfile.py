@@ -21,7 +21,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.errors import PlanFormatError
+from cgc.plan_schema.errors import PlanFileMissingError, PlanFormatError
 from cgc.plan_schema.version import FORMAT_MAJOR, FORMAT_MINOR, MAGIC, PRODUCER
 
 __all__ = [
@@ -84,8 +84,12 @@ def read_header(data: bytes, source: str = "<bytes>") -> tuple[pb.PlanHeader, in
     if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC:
         if data[: len(MAGIC)] and MAGIC.startswith(data[: len(MAGIC)]):
             raise PlanFormatError(f"{source}: truncated plan file ({len(data)} bytes)")
+        hint = ""
+        if source.endswith(".py"):
+            hint = f"; to compile a model file: cgc compile {source} -o {Path(source).stem}.cgplan"
         raise PlanFormatError(
             f"{source}: not a cgc plan file (it does not start with the .cgplan magic bytes)"
+            + hint
         )
     pos = len(MAGIC)
     if len(data) < pos + _LEN.size:
@@ -170,16 +174,28 @@ def open_plan_bytes(data: bytes, source: str = "<bytes>") -> PlanFile:
     return PlanFile(header, plan, len(data), source, valid)
 
 
+def _read_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the plan file at ``path``.
+
+    Raises:
+        PlanFileMissingError: nothing is at ``path`` (a usage error).
+        PlanFormatError: it cannot be read (a folder, no permission, ...).
+    """
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise PlanFileMissingError(f"{path}: no such plan file") from None
+    except OSError as exc:
+        raise PlanFormatError(f"{path}: cannot read plan file ({exc.strerror})") from None
+
+
 def open_plan(path: str | os.PathLike[str]) -> PlanFile:
     """``open_plan_bytes`` of a file.
 
     Raises:
         PlanFormatError: missing or unreadable, or as ``open_plan_bytes``.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise PlanFormatError(f"{path}: cannot read plan file ({exc.strerror})") from None
+    data = _read_file(path)
     return open_plan_bytes(data, str(path))
 
 
@@ -233,8 +249,5 @@ def read_plan(path: str | os.PathLike[str], *, trust: bool = True) -> pb.Plan:
         PlanFormatError: missing, unreadable, not a plan, truncated, corrupted, too new.
         UntrustedPlanError: as ``read_plan_bytes`` with ``trust`` False.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise PlanFormatError(f"{path}: cannot read plan file ({exc.strerror})") from None
+    data = _read_file(path)
     return read_plan_bytes(data, str(path), trust=trust)

@@ -39,8 +39,8 @@ from cgc.runtime.driver import CompiledGraph
 from cgc.runtime.driver_io import input_label, input_picker
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import CgcError, SetupError
+from cgc.runtime.option_needs import check_option_needs
 from cgc.runtime.ping_and_args import PING, Ping
-from cgc.runtime.profiling import check_profiler_options
 from cgc.runtime.ray_internals import call_in_actor, check_version
 
 __all__ = ["start_graph", "bind_transports"]
@@ -132,7 +132,8 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     # input from a stranger until proven otherwise.
     verify_plan(proto)
     cfg = RunConfig.from_plan(proto.config, **overrides)
-    check_profiler_options(cfg.torch_profile, cfg.nvtx)
+    # What the options need installed: refused here, before Ray or any actor starts.
+    check_option_needs(cfg.torch_profile, cfg.nvtx, cfg.dashboard, address)
     # Results may be instances of classes from the model file: make it importable here.
     register(plan_modules(proto))
     t_ray = time.perf_counter()

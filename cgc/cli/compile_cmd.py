@@ -4,6 +4,7 @@ key (``--no-sign`` skips it), with a short summary."""
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,10 +65,22 @@ def compile_cmd(
 
     path, _ = split_target(target)
     out = output or Path(path.stem + ".cgplan")
-    plan = compile_file(
-        target, allow_pickle=allow_pickle, overlap=overlap, costs=_parse_costs(costs)
-    )
+    # The warnings filters stay as they are (Ray's deprecation notices stay hidden).
+    with warnings.catch_warnings(record=True) as caught:
+        plan = compile_file(
+            target, allow_pickle=allow_pickle, overlap=overlap, costs=_parse_costs(costs)
+        )
+    for w in caught:  # one line each, naming the user's line (not cgc's)
+        click.echo(f"warning: {w.message}", err=True)
+    from cgc.plan_schema import signing
+
+    key_path = signing.config_dir() / signing.KEY_FILE
+    had_key = no_sign or key_path.exists()
     plan.save(out, sign=not no_sign)
+    if not had_key and key_path.exists():  # the first signed plan made the user's key: say so
+        click.echo(f"made your plan-signing key: {key_path} (once; plans you sign run here "
+                   "without --trust; `cgc keys show` prints its public line for others)",
+                   err=True)
     data = out.read_bytes()
     click.echo(summarize(plan.proto, target, out, data))
     from cgc.cli.trust_text import trust_lines

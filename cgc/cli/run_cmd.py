@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 import click
@@ -125,12 +126,15 @@ def _inputs(plan: Any, input_json: str | None) -> tuple[list[Any], dict[str, Any
               "start-up; ignored with --address).")
 @click.option("--no-cuda-graphs", "no_cuda_graphs", is_flag=True, default=False,
               help="Run the plan's captured calls eagerly instead of replaying CUDA graphs.")
+@click.option("--verbose", is_flag=True,
+              help="Also show Ray's notices when cgc starts the local Ray (its "
+              "token-authentication banner).")
 def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             input_json: str | None, as_json: bool, submit_timeout: float | None,
             get_timeout: float | None, trust: bool, communicator: str | None,
             capacity: int | None, at_capacity: str | None, trace_path: str | None,
             torch_profile: str | None, nvtx: bool | None, dashboard: bool | None,
-            no_cuda_graphs: bool) -> None:
+            no_cuda_graphs: bool, verbose: bool) -> None:
     """Run PLAN on Ray and report latency percentiles, throughput and set-up time.
 
     A plan that would run code from the file runs only when signed by your key or a key
@@ -139,9 +143,11 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     """
     import time
 
+    from cgc.cli.ray_output import quiet_ray_output
     from cgc.runtime import load
     from cgc.runtime.interrupts import interrupts_seen
 
+    quiet_ray_output(address, verbose)
     plan = load(plan_path, trust=trust)  # refuses (exit 4, with the summary) when untrusted
     args, kwargs = _inputs(plan, input_json)  # may unpickle: only after the decision
     with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout,
@@ -159,7 +165,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             once()
         lat: list[float] = []
         t_all = time.perf_counter()
-        err = click.get_text_stream("stderr")
+        err = sys.stderr  # click 8.5 deprecates get_text_stream (mypy flags it)
         interrupted = False
         try:
             with click.progressbar(range(iters), label=f"running {plan.name}",

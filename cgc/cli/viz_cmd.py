@@ -27,7 +27,12 @@ __all__ = ["viz_cmd"]
     "--ascii", "as_ascii", is_flag=True,
     help="Print to the terminal instead of writing a picture (with --schedule: the time grid).",
 )
-def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool) -> None:
+@click.option(
+    "--verbose", is_flag=True,
+    help="Also show Fontconfig's warnings about the system's font configuration.",
+)
+def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool,
+            verbose: bool) -> None:
     """Draw a plan: its graph (actors, transports) or its schedule (ops per actor and step).
 
     png/svg/pdf are drawn by Graphviz: the dot program if on PATH, else pygraphviz's
@@ -52,4 +57,4 @@ def viz_cmd(plan_path: Path, output: Path | None, schedule: bool, as_ascii: bool
     source = viz.schedule_dot(plan) if schedule else viz.graph_dot(plan)
     suffix = ".schedule.png" if schedule else ".png"
     out = output or plan_path.with_name(plan_path.stem + suffix)
-    click.echo(str(viz.render(source, out)))
+    click.echo(str(viz.render(source, out, verbose=verbose)))

@@ -16,6 +16,7 @@ from cgc.errors import CompileError
 from cgc.frontend.locations import RawLoc, capture_loc
 from cgc.frontend.nodes import CallNode
 from cgc.frontend.ray_private import declared_num_returns as ray_num_returns_mark
+from cgc.frontend.unused_actors import note_bound
 
 __all__ = ["actor", "method", "ActorClass", "LazyActor", "BoundMethod", "ACTOR_OPTIONS"]
 
@@ -145,7 +146,7 @@ class ActorClass:
         Raises:
             CompileError: (when traced) the arguments do not fit ``__init__``.
         """
-        return LazyActor(self.cls, args, kwargs, dict(self._options), capture_loc())
+        return _noted(LazyActor(self.cls, args, kwargs, dict(self._options), capture_loc()))
 
     def options(self, **options: Any) -> _OptionedActorClass:
         """Override this class's actor options for the next ``.bind``.
@@ -166,7 +167,8 @@ class _OptionedActorClass:
         self._options = options
 
     def bind(self, *args: Any, **kwargs: Any) -> LazyActor:
-        return LazyActor(self._owner.cls, args, kwargs, dict(self._options), capture_loc())
+        return _noted(LazyActor(self._owner.cls, args, kwargs, dict(self._options),
+                                capture_loc()))
 
 
 def actor(_cls: type | None = None, **options: Any) -> Any:
@@ -196,6 +198,12 @@ def actor(_cls: type | None = None, **options: Any) -> Any:
         return ActorClass(cls, _check_options(options, f"@cgc.actor on {cls.__qualname__}"))
 
     return deco(_cls) if _cls is not None else deco
+
+
+def _noted(actor: LazyActor) -> LazyActor:
+    """``actor``, recorded for the unused-actor warning (``cgc.frontend.unused_actors``)."""
+    note_bound(actor, actor.class_qualname, actor._loc.file, actor._loc.line)
+    return actor
 
 
 class LazyActor:

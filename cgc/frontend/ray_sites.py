@@ -23,6 +23,7 @@ from typing import Any
 
 from cgc.frontend import ray_private as rp
 from cgc.frontend.locations import RawLoc, loc_of_frame
+from cgc.frontend.unused_actors import note_bound
 
 __all__ = ["record_ray_bind_sites", "NODE_SITES", "HINT_SITES"]
 
@@ -47,6 +48,11 @@ def _patches() -> dict[str, list[tuple[rp.PatchTarget, Any]]]:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             orig(self, *args, **kwargs)
             _note(NODE_SITES, self)
+            if type(self).__name__ == "ClassNode":  # Cls.bind(): for the unused-actor warning
+                loc = NODE_SITES.get(self)
+                if loc is not None:
+                    cls = getattr(rp.original_class(rp.actor_body(self)), "__qualname__", "?")
+                    note_bound(self, cls, loc.file, loc.line)
 
         return __init__
 

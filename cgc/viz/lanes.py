@@ -21,7 +21,8 @@ import math
 from dataclasses import dataclass, field
 from html import escape
 
-__all__ = ["Row", "Cell", "Link", "LegendEntry", "LaneChart", "lanes_dot", "MAX_WIDTH_PT"]
+__all__ = ["Row", "Cell", "Link", "LegendEntry", "LaneChart", "Geometry", "lanes_dot",
+           "band_layout", "text_width", "MAX_WIDTH_PT"]
 
 # Graphviz draws PNGs at 96 dpi: 1450 points are about 1930 pixels.
 MAX_WIDTH_PT = 1450.0
@@ -107,12 +108,48 @@ def _html(text: str) -> str:
     return escape(text, quote=True)
 
 
-def band_layout(width: int, max_width_pt: float = MAX_WIDTH_PT) -> tuple[int, int]:
+def text_width(text: str, point_size: float, bold: bool = False) -> float:
+    """About how wide Graphviz draws ``text`` in Helvetica (points), erring wide.
+
+    Example: ``text_width("forward_backward #2", 9, bold=True)`` is about 106.
+    """
+    return len(text) * point_size * (0.62 if bold else 0.56)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The sizes a chart is drawn with: the label column, a cell, one step (points).
+
+    Each is the default, or wider when a label needs it: boxes are ``fixedsize`` (so that
+    the grid stays a grid), and a label wider than its box would spill out of it.
+    """
+
+    label_w: float = _LABEL_W
+    cell_w: float = _CELL_W
+
+    @property
+    def pitch(self) -> float:
+        """One step's width."""
+        return self.cell_w + (_PITCH - _CELL_W)
+
+    @classmethod
+    def of(cls, chart: LaneChart) -> Geometry:
+        """The geometry whose boxes fit every label of ``chart``."""
+        # Row labels: Graphviz's default 14 pt, bold; the sublabel 8 pt.
+        label_w = max([_LABEL_W] + [max(text_width(r.label, 14, True), text_width(r.sublabel, 8))
+                                    + 12 for r in chart.rows])
+        cell_w = max([_CELL_W] + [max(text_width(c.title, 9, True), text_width(c.detail, 7))
+                                  + 10 for c in chart.cells])
+        return cls(math.ceil(label_w), math.ceil(cell_w))
+
+
+def band_layout(width: int, max_width_pt: float = MAX_WIDTH_PT,
+                geometry: Geometry = Geometry()) -> tuple[int, int]:
     """``(steps per band, bands)`` for a chart ``width`` steps wide, bands balanced.
 
     Example: ``band_layout(54) == (18, 3)``.
     """
-    fit = max(1, int((max_width_pt - _LABEL_W) // _PITCH))
+    fit = max(1, int((max_width_pt - geometry.label_w) // geometry.pitch))
     bands = max(1, math.ceil(width / fit))
     return math.ceil(max(width, 1) / bands), bands
 
@@ -125,7 +162,9 @@ def lanes_dot(chart: LaneChart, max_width_pt: float = MAX_WIDTH_PT) -> str:
     Raises:
         KeyError: a cell names a row, or a link a cell, that the chart does not have.
     """
-    per_band, bands = band_layout(chart.width, max_width_pt)
+    geo = Geometry.of(chart)
+    label_w, cell_w, pitch = geo.label_w, geo.cell_w, geo.pitch
+    per_band, bands = band_layout(chart.width, max_width_pt, geo)
     row_index = {r.key: i for i, r in enumerate(chart.rows)}
     band_h = _HEADER_H + len(chart.rows) * _ROW_PITCH + _BAND_GAP
     cells = {c.key: c for c in chart.cells}
@@ -144,20 +183,20 @@ def lanes_dot(chart: LaneChart, max_width_pt: float = MAX_WIDTH_PT) -> str:
     def cell_xy(c: Cell) -> tuple[int, float, float]:
         band, col = divmod(c.step, per_band)
         y = -(band * band_h + _HEADER_H + row_index[c.row] * _ROW_PITCH + _ROW_PITCH / 2)
-        return band, _LABEL_W + col * _PITCH + _PITCH / 2, y
+        return band, label_w + col * pitch + pitch / 2, y
 
-    right = _LABEL_W + per_band * _PITCH
+    right = label_w + per_band * pitch
     for b in range(bands):
         top = -b * band_h
         first, last = b * per_band, min(chart.width, (b + 1) * per_band) - 1
         out.append(f"  // band {b}: {chart.step_name}s {first}-{last}")
         out.append(
-            f'  h{b} [shape=plaintext, style="", width={_LABEL_W / 72:.3f}, height=0.2, '
+            f'  h{b} [shape=plaintext, style="", width={label_w / 72:.3f}, height=0.2, '
             f'label=<<FONT POINT-SIZE="8" COLOR="#666666">{chart.step_name}s {first}-{last}'
-            f"</FONT>>, {pos(_LABEL_W / 2, top - _HEADER_H / 2)}];"
+            f"</FONT>>, {pos(label_w / 2, top - _HEADER_H / 2)}];"
         )
         for s in range(first, last + 1):
-            x = _LABEL_W + (s - first) * _PITCH + _PITCH / 2
+            x = label_w + (s - first) * pitch + pitch / 2
             out.append(
                 f'  h{b}_{s} [shape=plaintext, style="", width=0.4, height=0.2, '
                 f'label=<<FONT POINT-SIZE="8" COLOR="#888888">{s}</FONT>>, '
@@ -169,15 +208,15 @@ def lanes_dot(chart: LaneChart, max_width_pt: float = MAX_WIDTH_PT) -> str:
                    if r.sublabel else "")
             rid = f"b{b}_{row_index[r.key]}"
             out.append(
-                f'  {rid} [shape=plaintext, style="", width={(_LABEL_W - 6) / 72:.3f}, '
+                f'  {rid} [shape=plaintext, style="", width={(label_w - 6) / 72:.3f}, '
                 f'height={_CELL_H / 72:.3f}, label=<<B>{_html(r.label)}</B>{sub}>, '
-                f"{pos(_LABEL_W / 2, y)}];"
+                f"{pos(label_w / 2, y)}];"
             )
             # The row's band: a node declared before the cells, so drawn under them.
             out.append(
                 f'  {rid}_band [shape=box, style=filled, color="{r.tint}", label="", '
-                f"width={(right - _LABEL_W + 4) / 72:.3f}, height={(_ROW_PITCH - 4) / 72:.3f}, "
-                f"{pos((right + _LABEL_W) / 2, y)}];"
+                f"width={(right - label_w + 4) / 72:.3f}, height={(_ROW_PITCH - 4) / 72:.3f}, "
+                f"{pos((right + label_w) / 2, y)}];"
             )
     for c in chart.cells:
         _, x, y = cell_xy(c)
@@ -186,7 +225,7 @@ def lanes_dot(chart: LaneChart, max_width_pt: float = MAX_WIDTH_PT) -> str:
         style = '"rounded,filled,dashed"' if c.dashed else '"rounded,filled"'
         tip = f", tooltip={_q(c.tooltip)}" if c.tooltip else ""
         out.append(
-            f"  {_q(c.key)} [width={_CELL_W / 72:.3f}, height={_CELL_H / 72:.3f}, "
+            f"  {_q(c.key)} [width={cell_w / 72:.3f}, height={_CELL_H / 72:.3f}, "
             f'style={style}, fillcolor="{c.fill}", color="{c.border}", '
             f"penwidth={c.penwidth:g}, "
             f'label=<<FONT POINT-SIZE="9"><B>{_html(c.title)}</B></FONT>{detail}>'

@@ -12,7 +12,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from cgc.plan_schema.errors import EXIT_USAGE, CgcError
@@ -44,6 +49,40 @@ def _engine(dot_source: str) -> str:
     return m.group(1) if m else "dot"
 
 
+# Lines Graphviz's libraries print that say nothing about the picture: Fontconfig (bundled
+# with pygraphviz's wheels, older than the system's font configuration) warns on every
+# draw about elements of the system's config it does not know.
+_NOISE = ("Fontconfig warning:", "Fontconfig error:")
+
+
+@contextlib.contextmanager
+def _graphviz_stderr(verbose: bool) -> Iterator[None]:
+    """Collect what Graphviz writes to the process's stderr (file descriptor 2: its C
+    libraries write there directly) while the block runs; then pass it on, less the
+    Fontconfig lines unless ``verbose``."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable stderr: nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            kept = [line for line in text.splitlines()
+                    if verbose or not line.startswith(_NOISE)]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")
+
+
 def _with_system_dot(dot_source: str, fmt: str) -> bytes | None:
     """The picture drawn by the system's Graphviz, or None when it is not installed."""
     import graphviz
@@ -72,8 +111,11 @@ def _with_pygraphviz(dot_source: str, fmt: str) -> bytes | str:
     return bytes(data)
 
 
-def picture_bytes(dot_source: str, fmt: str, out_hint: Path | None = None) -> bytes:
-    """``dot_source`` drawn as ``fmt`` (png, svg or pdf).
+def picture_bytes(dot_source: str, fmt: str, out_hint: Path | None = None, *,
+                  verbose: bool = False) -> bytes:
+    """``dot_source`` drawn as ``fmt`` (png, svg or pdf). What Graphviz prints passes to
+    stderr, less Fontconfig's warnings about the system's font configuration unless
+    ``verbose``.
 
     Example: ``picture_bytes("digraph { a -> b }", "svg")[:5] == b"<?xml"``.
 
@@ -82,10 +124,11 @@ def picture_bytes(dot_source: str, fmt: str, out_hint: Path | None = None) -> by
             names what to install.
         CgcError: Graphviz is there but fails on the source.
     """
-    data = _with_system_dot(dot_source, fmt)
-    if data is not None:
-        return data
-    drawn = _with_pygraphviz(dot_source, fmt)
+    with _graphviz_stderr(verbose):
+        data = _with_system_dot(dot_source, fmt)
+        if data is not None:
+            return data
+        drawn = _with_pygraphviz(dot_source, fmt)
     if isinstance(drawn, str):
         dot = (out_hint or Path("picture")).with_suffix(".dot")
         raise RenderError(_NO_GRAPHVIZ.format(fmt=fmt, why=drawn, dot=dot))
@@ -107,8 +150,9 @@ def output_format(out: Path) -> str:
     return fmt
 
 
-def render(dot_source: str, out: Path) -> Path:
-    """Write ``dot_source`` to ``out`` as the format its suffix names (png, svg, pdf, dot).
+def render(dot_source: str, out: Path, *, verbose: bool = False) -> Path:
+    """Write ``dot_source`` to ``out`` as the format its suffix names (png, svg, pdf, dot);
+    ``verbose`` keeps Fontconfig's warnings (see ``picture_bytes``).
 
     Example: ``render(graph_dot(plan), Path("plan.png"))``.
 
@@ -117,7 +161,8 @@ def render(dot_source: str, out: Path) -> Path:
             written (its folder is missing, say).
     """
     fmt = output_format(out)
-    data = dot_source.encode() if fmt == "dot" else picture_bytes(dot_source, fmt, out)
+    data = (dot_source.encode() if fmt == "dot"
+            else picture_bytes(dot_source, fmt, out, verbose=verbose))
     try:
         out.write_bytes(data)
     except OSError as exc:

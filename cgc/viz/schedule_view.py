@@ -55,7 +55,7 @@ def _cell_text(o: StepOp, plan: pb.Plan) -> tuple[str, str]:
     chan = low.channels[op.channel - 1] if 0 < op.channel <= len(low.channels) else None
     if op.kind == pb.COMPUTE:
         node = graph.nodes[op.task] if op.task < len(graph.nodes) else pb.Node()
-        return _short(task_label(node, graph, consts=False), 12), f"task {op.task} · {ex}"
+        return _short(task_label(node, graph, consts=False), 28), f"task {op.task} · {ex}"
     if op.kind == pb.READ:
         src = _peer(chan.writer) if chan else "?"
         return f"R c{op.channel}", _short(f"←{src}", 14) + f" · {ex}"
@@ -70,7 +70,7 @@ def _cell_text(o: StepOp, plan: pb.Plan) -> tuple[str, str]:
         return f"{kind} c{op.channel}", _short(f"{arrow}{op.peer} #{op.seq}", 14) + f" · {ex}"
     node = graph.nodes[op.task] if op.task < len(graph.nodes) else pb.Node()
     kind = task_label(node, graph, consts=False).split(" #")[0]
-    return _short(kind, 12), f"#{node.collective} seq {op.seq} · {ex}"
+    return _short(kind, 28), f"#{node.collective} seq {op.seq} · {ex}"
 
 
 def _tooltip(o: StepOp, plan: pb.Plan) -> str:

@@ -45,6 +45,7 @@ def test_every_example_compiles_deterministically_inspects_and_checks(example, t
         proc = cgc("compile", str(ROOT / "examples" / example), "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         assert "compiled" in proc.stdout and "actors" in proc.stdout
+        assert "never used" not in proc.stderr, proc.stderr
     assert first.read_bytes() == second.read_bytes()
     text = cgc("inspect", str(first))
     assert text.returncode == 0, text.stderr
@@ -111,6 +112,66 @@ def test_model_that_raises_names_its_line(tmp_path):
     assert_clean_error(proc, EXIT_INVALID_INPUT, "boom.py:2", "no graph today")
 
 
+def test_plain_class_bind_says_to_decorate_it(tmp_path):
+    model = tmp_path / "plain.py"
+    model.write_text(textwrap.dedent("""\
+        from cgc import InputNode
+
+        class Worker:
+            def step(self, x):
+                return x
+
+        def build_dag():
+            a = Worker.bind()
+            with InputNode() as inp:
+                return a.step.bind(inp)
+        """))
+    proc = cgc("compile", str(model), "-o", str(tmp_path / "p.cgplan"))
+    assert_clean_error(proc, EXIT_INVALID_INPUT, "plain.py:8", "class Worker is not an actor "
+                       "class: decorate it with @cgc.actor (or @ray.remote)")
+
+
+@pytest.mark.parametrize("api", ["cgc", "ray"])
+def test_unused_actor_is_named_at_compile(api, tmp_path):
+    deco, node = ("cgc.actor", "cgc") if api == "cgc" else ("ray.remote", "ray.dag")
+    model = tmp_path / "unused.py"
+    model.write_text(textwrap.dedent(f"""\
+        import cgc
+        import ray
+        from {node} import InputNode
+
+        @{deco}
+        class Worker:
+            def step(self, x):
+                return x
+
+        def build_dag():
+            a, c = Worker.bind(), Worker.bind()
+            b = Worker.bind()
+            with InputNode() as inp:
+                return c.step.bind(a.step.bind(inp))
+        """))
+    proc = cgc("compile", str(model), "-o", str(tmp_path / "u.cgplan"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("never used") == 1, proc.stderr
+    assert "warning: unused.py:12: actor Worker bound here is never used" in proc.stderr
+
+
+def test_first_compile_says_where_it_made_the_signing_key(tmp_path):
+    env = {**os.environ, "CGC_CONFIG_DIR": str(tmp_path / "config")}
+    lines = []
+    for out in ("a.cgplan", "b.cgplan"):
+        proc = subprocess.run([sys.executable, "-m", "cgc.cli.main", "compile",
+                               str(ROOT / "examples" / "echo.py"), "-o", str(tmp_path / out)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        lines.append([x for x in proc.stderr.splitlines() if "plan-signing key" in x])
+    key = tmp_path / "config" / "signing_key.pem"
+    assert key.exists()
+    assert len(lines[0]) == 1 and f"made your plan-signing key: {key}" in lines[0][0]
+    assert lines[1] == []  # once
+
+
 def test_missing_model_file(tmp_path):
     proc = cgc("compile", str(tmp_path / "nope.py"), "-o", str(tmp_path / "x.cgplan"))
     assert_clean_error(proc, EXIT_INVALID_INPUT, "no such model file")
@@ -150,10 +211,19 @@ def test_inspect_corrupted(echo_plan, tmp_path):
     assert_clean_error(cgc("inspect", str(bad)), EXIT_INVALID_PLAN, "corrupted")
 
 
-def test_inspect_missing_file(tmp_path):
-    assert_clean_error(
-        cgc("inspect", str(tmp_path / "none.cgplan")), EXIT_INVALID_PLAN, "cannot read"
-    )
+@pytest.mark.parametrize("command", ["inspect", "check", "viz", "run"])
+def test_missing_plan_file_is_a_usage_error(command, tmp_path):
+    # A path that is not there is a wrong command line (2), not an invalid plan (4).
+    missing = tmp_path / "none.cgplan"
+    assert_clean_error(cgc(command, str(missing)), EXIT_USAGE, f"{missing}: no such plan file")
+
+
+def test_check_of_a_model_file_says_how_to_compile_it(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("def build_dag():\n    pass\n")
+    proc = cgc("check", str(model))
+    assert_clean_error(proc, EXIT_INVALID_PLAN, "not a cgc plan file",
+                       f"to compile a model file: cgc compile {model} -o model.cgplan")
 
 
 # Plans over cgc's bounds (issue 20): inspect refuses them as check and viz do. Each is the

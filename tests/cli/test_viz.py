@@ -288,3 +288,37 @@ def test_readme_shows_a_schedule_picture():
         assert path.read_bytes()[:8] == MAGIC["png"]
         assert path.stat().st_size < 200_000
         assert _png_size(path)[0] <= 2000
+
+
+@needs_graphviz
+@pytest.mark.parametrize("example", ["train_1f1b", "chain"])
+def test_viz_prints_only_the_picture_path(plans, tmp_path, example):
+    """No noise on stderr (issue 37): no Graphviz "size too small for label" (every box
+    fits its label: 1F1B's forward_backward #N is drawn whole, not cut), no Fontconfig
+    warnings about the system's font configuration (those only with --verbose)."""
+    for view in ([], ["--schedule"]):
+        out = tmp_path / f"{example}{'.schedule' if view else ''}.png"
+        run = subprocess.run([sys.executable, "-m", "cgc.cli.main", "viz", str(plans[example]),
+                              "-o", str(out), *view], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == str(out)
+        assert run.stderr == "", run.stderr
+    dot = tmp_path / f"{example}.schedule.dot"
+    assert main(["viz", str(plans[example]), "--schedule", "-o", str(dot)]) == 0
+    if example == "train_1f1b":
+        assert "forward_backward #0" in dot.read_text()
+
+
+def test_schedule_boxes_are_as_wide_as_their_labels():
+    from cgc.viz.lanes import Cell, LaneChart, Row, lanes_dot, text_width
+
+    long_title, long_row = "forward_backward_and_more #12", "a_rather_long_stage_name_7"
+    chart = LaneChart("t", [Row("r", long_row, "SomeClass")],
+                      [Cell("c0", "r", 0, long_title, "task 3 · i"), Cell("c1", "r", 1, "W c1")], [])
+    text = lanes_dot(chart)
+    widths = [float(w) * 72 for w in re.findall(r'^  "c\d" \[width=([\d.]+)', text, re.MULTILINE)]
+    assert widths and min(widths) >= text_width(long_title, 9, bold=True)
+    row = re.search(r"^  b0_0 \[shape=plaintext, style=\"\", width=([\d.]+)", text, re.MULTILINE)
+    assert row and float(row.group(1)) * 72 >= text_width(long_row, 14, bold=True)
+    assert long_title in text and long_row in text  # drawn whole

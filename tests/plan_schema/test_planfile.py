@@ -8,7 +8,12 @@ import struct
 import pytest
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.plan_schema.errors import EXIT_INVALID_PLAN, PlanFormatError, UntrustedPlanError
+from cgc.plan_schema.errors import (
+    EXIT_INVALID_PLAN,
+    EXIT_USAGE,
+    PlanFormatError,
+    UntrustedPlanError,
+)
 from cgc.plan_schema.planfile import read_plan, read_plan_bytes, write_plan, write_plan_bytes
 from cgc.plan_schema.trusted_modules import add_trusted_module, remove_trusted_module
 from cgc.plan_schema.version import FORMAT_MAJOR, MAGIC
@@ -144,8 +149,11 @@ def test_signed_plans_are_deterministic_and_verify():
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(PlanFormatError, match="cannot read plan file"):
+    with pytest.raises(PlanFormatError, match="no such plan file") as info:
         read_plan(tmp_path / "nope.cgplan")
+    assert info.value.exit_code == EXIT_USAGE  # the path is wrong, not the plan
+    with pytest.raises(PlanFormatError, match="cannot read plan file"):
+        read_plan(tmp_path)  # a folder
 
 
 def test_checksum_is_over_exact_payload_bytes():

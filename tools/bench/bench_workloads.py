@@ -17,8 +17,11 @@ same Ray program on Ray Compiled Graph), ``floor`` (one process, no Ray); for de
 
 Every (workload, system) runs in a child process with a deadline, on one Ray cluster the
 parent starts: a system that hangs or crashes is reported as such and the others go on.
-Rounds alternate the systems; the table gives medians over rounds and the ratios against
-Ray CG and the floor. ``busy`` is the share of wall time in which some actor was inside a
+Rounds alternate the systems' order (forward, then reversed, so none always runs first
+on a cold or warm machine); the table gives medians over rounds and the ratios against
+Ray CG and the floor. The default is 3 rounds: one round once showed the drop-in 2.06x
+faster than cgc on ``train`` where three rounds found both at 351 steps/s (one run is at
+the mercy of whatever else the machine did then); ``--rounds 1`` for a quick look only. ``busy`` is the share of wall time in which some actor was inside a
 method call (from cgc's ``--trace``, one extra short run per round; on a GPU it counts
 host time, which for these workloads includes the wait for the last stage's tokens).
 """
@@ -45,6 +48,8 @@ SYSTEMS = ("cgc", "dropin", "ray_cgraph", "floor")
 # process (the replay floor)
 GRAPH_SYSTEMS = ("cgc_graph", "floor_graph")
 UNITS = {"decode": "tokens/s", "train": "steps/s", "rl": "iterations/s"}
+# Enough rounds for a median that one disturbed run does not decide (module docstring).
+DEFAULT_ROUNDS = 3
 
 
 # ---------------------------------------------------------------- sizes
@@ -329,7 +334,8 @@ def _run_child(workload: str, system: str, args: argparse.Namespace,
     return {"error": f"exit {done.returncode}: {last[0][:300]}"}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (``parser().parse_args([]).rounds == DEFAULT_ROUNDS``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--systems", default=",".join(SYSTEMS))
@@ -338,13 +344,19 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=0, help="pipeline stages (0: the size's)")
     ap.add_argument("--microbatches", type=int, default=0,
                     help="decode microbatches in flight (0: the size's)")
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                    help="rounds, the systems' order alternating; the table shows medians "
+                    f"(default {DEFAULT_ROUNDS}: one round is not a stable median)")
     ap.add_argument("--deadline", type=float, default=240.0, help="seconds per run")
     ap.add_argument("--busy", action="store_true", help="also measure busy share (cgc)")
     ap.add_argument("--json", type=Path, help="write every run here")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.child:
         child(args)
         return

@@ -1,0 +1,71 @@
+"""What of Ray's own output ``cgc run`` shows.
+
+- Ray's token-authentication notice ("Token authentication is enabled for this Ray
+  cluster. Set RAY_AUTH_MODE=disabled to opt out...") is printed every time a local Ray
+  starts. For the local Ray cgc starts itself (no ``--address``) it says nothing the user
+  asked about: hidden unless ``--verbose``. Joining a cluster keeps it.
+- The ``(Actor pid=...)`` prefixes of the actors' output and Ray's "[repeated 2x across
+  cluster]" are coloured by Ray with ANSI codes even when stdout/stderr is a file or a
+  pipe (``cgc run --torch-profile DIR 2> log``): plain text there (``RAY_COLOR_PREFIX=0``,
+  and the process's text streams drop ANSI colour codes), colours only on a terminal,
+  never with ``NO_COLOR`` set.
+
+Example: ``quiet_ray_output(address=None, verbose=False)`` before ``plan.start()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Any
+
+__all__ = ["quiet_ray_output", "PlainText", "TOKEN_AUTH_LOGGER"]
+
+# Where Ray 2.60 logs the notice (ray/_private/authentication/authentication_token_setup.py).
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def quiet_ray_output(address: str | None, verbose: bool) -> None:
+    """Set up Ray's output for this ``cgc run`` (see the module docstring)."""
+    no_color = bool(os.environ.get("NO_COLOR"))
+    if no_color or not (_isatty(sys.stderr) and _isatty(sys.stdout)):
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if (no_color or not _isatty(stream)) and not isinstance(stream, PlainText):
+            setattr(sys, name, PlainText(stream))
+    if address is None and not verbose:
+        # Errors (no token where one is needed) still show.
+        logging.getLogger(TOKEN_AUTH_LOGGER).setLevel(logging.ERROR)
+
+
+_SGR = re.compile(r"\x1b\[[0-9;]*m")  # ANSI colour and style codes
+
+
+class PlainText:
+    """A text stream that writes through to ``stream`` without ANSI colour codes.
+
+    Example: ``PlainText(sys.stderr).write("\x1b[36m(A pid=1)\x1b[0m hi")`` writes
+    ``"(A pid=1) hi"``.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text`` less its colour codes; return ``len(text)``, as asked."""
+        self._stream.write(_SGR.sub("", text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _isatty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # closed
+        return False
