@@ -73,7 +73,7 @@ def _interrupted_run(plan: Path, when: str, iters: int) -> tuple[int, str, str, 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    deadline = time.monotonic() + 10  # Ray's processes exit a moment after the driver
+    deadline = time.monotonic() + 30  # Ray's processes exit a moment after the driver (longer under load)
     while _processes_of(tmp) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = _processes_of(tmp)
