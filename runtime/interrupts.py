@@ -79,6 +79,7 @@ def watch_interrupts() -> None:
 
     Example: ``watch_interrupts()`` at the top of a command's ``main()``.
     """
+    _SEEN.clear()
     if not _ours_to_change() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return
 

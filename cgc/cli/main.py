@@ -73,8 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     Ctrl-C at any moment ends with "Aborted." and exit code 130: a SIGINT interrupts the
     command; the cleanup it starts (teardown, Ray's shutdown) runs to its end first.
     """
+    import signal
+
     from cgc.runtime.interrupts import interrupts_seen, watch_interrupts
 
+    # Called from Python (tests, notebooks: argv given), main() must leave the caller's Ray
+    # and SIGINT handler as it found them; as the `cgc` program it owns the process.
+    owns_process = argv is None
+    ray_mod = sys.modules.get("ray")
+    ray_was_up = ray_mod is not None and ray_mod.is_initialized()
+    handler = signal.getsignal(signal.SIGINT)
     watch_interrupts()
     code = 130
     try:
@@ -82,17 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # after the command's own handling, before leaving Ray
         click.echo("Aborted.", err=True)
     finally:
-        _leave_ray()
+        _leave_ray(shutdown=not ray_was_up)
         if interrupts_seen() and code != 130:
             # A Ctrl-C while leaving, or one some library caught: still an abort.
             click.echo("Aborted.", err=True)
             code = 130
+        if not owns_process and handler is not None:
+            signal.signal(signal.SIGINT, handler)
     return code
 
 
-def _leave_ray() -> None:
-    """Disconnect from (or stop) the Ray this process started or joined; no SIGINT
-    interrupts it.
+def _leave_ray(shutdown: bool) -> None:
+    """Stop the Ray this command started (``shutdown``), with SIGINT ignored from here on.
 
     Why here: otherwise Ray's own shutdown runs at interpreter exit, where a Ctrl-C makes its
     C++ core worker abort the process (SIGABRT or SIGSEGV instead of exit code 130).
@@ -101,7 +110,7 @@ def _leave_ray() -> None:
 
     ignore_interrupts()
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
+    if shutdown and ray is not None and ray.is_initialized():
         ray.shutdown()
 
 
