@@ -46,6 +46,7 @@ def test_cgc_run_options_are_run_config_fields():
     from cgc.cli.run_cmd import run_cmd
 
     own = {"plan_path", "iters", "warmup", "address", "input_json", "as_json", "trust",
-           "trace_path", "no_cuda_graphs"}  # cgc run's own, or renamed below
+           "trace_path", "no_cuda_graphs",
+           "verbose"}  # cgc run's own (display only, or renamed below)
     names = {p.name for p in run_cmd.params} - own
     assert names <= FIELDS, names - FIELDS
