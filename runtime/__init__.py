@@ -33,6 +33,7 @@ from cgc.runtime.errors import (
     RemoteError,
     ResultBufferFullError,
     SetupError,
+    ShmSpaceError,
     SubmitTimeoutError,
 )
 from cgc.runtime.plan import Plan, load
@@ -73,5 +74,6 @@ __all__ = [
     "InputSerializationError",
     "PlacementError",
     "SetupError",
+    "ShmSpaceError",
     "DirectReturnError",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.actors import user_object
+from cgc.runtime.channels.shm import shm_free_bytes
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
 from cgc.runtime.executor import ActorLoop
@@ -41,8 +42,9 @@ def setup_probe(self: Any, gid: str, plan_bytes: bytes, actor: str,
     with LOOPS_LOCK:
         LOOPS[gid] = loop
     ctx = ray.get_runtime_context()
+    # shm_free: this node's free /dev/shm, which the driver checks the rings against
     return {"node": ctx.get_node_id(), "pid": os.getpid(),
-            "ip": ray.util.get_node_ip_address(), **loop.probe()}
+            "ip": ray.util.get_node_ip_address(), "shm_free": shm_free_bytes(), **loop.probe()}
 
 
 def _loop(gid: str) -> ActorLoop:

@@ -41,6 +41,7 @@ __all__ = [
     "InputSerializationError",
     "PlacementError",
     "SetupError",
+    "ShmSpaceError",
     "DirectReturnError",
     "to_exception",
     "mro_names",
@@ -156,6 +157,21 @@ class PlacementError(CgcError):
 
 class SetupError(CgcError):
     """Starting the graph failed (actor creation, channel set-up, warm-up)."""
+
+
+class ShmSpaceError(SetupError):
+    """The plan's shared-memory rings do not fit in the free space of a node's /dev/shm
+    (checked at ``start()`` before any ring or, on one node, any actor is made; see
+    ``cgc.runtime.shm_space``). The message names the largest rings and the figures;
+    ``need`` (bytes the rings commit), ``free`` (bytes free there) and ``channels`` (the
+    largest rings' channel ids) hold them."""
+
+    def __init__(self, message: str, need: int = 0, free: int = 0,
+                 channels: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.need = need
+        self.free = free
+        self.channels = list(channels or [])
 
 
 class DirectReturnError(CgcError, TypeError):

@@ -20,6 +20,9 @@ Steps (each Ray round is batched over all actors, never one blocking call per ta
 4. the monitor starts watching one ``wait_loop`` call per actor.
 
 Any failure tears down what was made and raises ``SetupError`` (or ``PlacementError``).
+A plan whose shared-memory rings do not fit in a node's /dev/shm is refused with
+``ShmSpaceError`` (a ``SetupError``) in step 0 when the cluster is one node, else between
+rounds 1 and 2: before any ring exists (``cgc.runtime.shm_space``).
 
 Example: ``graph = start_graph(plan, None)`` (what ``Plan.start()`` calls).
 """
@@ -92,6 +95,69 @@ def _tcp_channels(low: pb.Lowered, node: dict[str, str], mode: str) -> set[int]:
     return out
 
 
+def _one_node() -> bool:
+    """Whether the Ray cluster has a single live node (every actor lands on the driver's)."""
+    import ray
+
+    return sum(1 for n in ray.nodes() if n.get("Alive")) == 1
+
+
+def _check_rings_fit_early(proto: pb.Plan, cfg: RunConfig, driver_node: str) -> None:
+    """Refuse, before any actor is made, a plan whose shared-memory rings cannot fit in
+    this node's /dev/shm when all of them will be here (a one-node cluster). Where actors
+    may land on other nodes, ``_check_rings_fit`` decides after the probe round.
+
+    Raises:
+        ShmSpaceError: they do not fit (see ``cgc.runtime.shm_space``).
+    """
+    from cgc.runtime.channels import ring_supported, shm
+    from cgc.runtime.shm_space import check_shm_space, margin_bytes, ring_segment_bytes
+
+    if cfg.host_transport == "tcp" or not ring_supported():
+        return  # no rings at all
+    rings = {ch.id: ring_segment_bytes(ch, cfg.slot_bytes) for ch in proto.lowered.channels
+             if ch.kind == pb.CHAN_HOST}
+    need = sum(rings.values())
+    free = shm.shm_free_bytes()
+    # Why the cluster is asked only now: a plan that fits even with every ring here (the
+    # usual case) costs no Ray call.
+    if need + margin_bytes(need) <= free or not _one_node():
+        return
+    check_shm_space(proto, rings, free, _where(driver_node, "the driver's node"),
+                    cfg.slot_bytes)
+
+
+def _where(node_id: str, who: str) -> str:
+    from cgc.runtime.channels.shm import segment_dir
+
+    return f"{who} (node {node_id[:12]}, {segment_dir()})"
+
+
+def _check_rings_fit(proto: pb.Plan, cfg: RunConfig, tcp: set[int], node: dict[str, str],
+                     probes: dict[str, dict], driver_node: str) -> None:
+    """Refuse, before any ring is created, a plan whose shared-memory rings do not fit in
+    the free space of the /dev/shm of the node they land on (this node's as this process
+    reads it; another node's as its actors reported it in the probe round).
+
+    Raises:
+        ShmSpaceError: the rings of some node do not fit (see ``cgc.runtime.shm_space``).
+    """
+    from cgc.runtime.channels import shm
+    from cgc.runtime.shm_space import check_shm_space, rings_on_node
+
+    low = proto.lowered
+    shm_cids = {ch.id for ch in low.channels if ch.kind == pb.CHAN_HOST and ch.id not in tcp}
+    for node_id in sorted({node[ch.writer] for ch in low.channels if ch.id in shm_cids}):
+        rings = rings_on_node(low, shm_cids, node, node_id, cfg.slot_bytes)
+        if node_id == driver_node:
+            free, who = shm.shm_free_bytes(), "the driver's node"
+        else:
+            here = sorted(n for n in probes if node[n] == node_id)
+            free = min(int(probes[n].get("shm_free", 0)) for n in here)
+            who = f"the node of actors {', '.join(here[:3])}"
+        check_shm_space(proto, rings, free, _where(node_id, who), cfg.slot_bytes)
+
+
 def _gather(refs: dict[Any, str], deadline: float, what: str) -> dict[str, Any]:
     """``ray.get`` a round of calls; name the actors that failed or did not answer."""
     import ray
@@ -150,6 +216,8 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
 
     # Segments that crashed or killed processes left behind go before anything new is made.
     sweep_dead_segments()
+    # A plan whose rings cannot fit in /dev/shm is refused before any actor exists.
+    _check_rings_fit_early(proto, cfg, info.driver_node)
     gid = uuid.uuid4().hex[:10]
     graph = CompiledGraph(plan, gid, new_graph_prefix(), cfg, ray_session=ray_session())
     # ray.shutdown() of this session tears the graph down first (as Ray does its own).
@@ -222,6 +290,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
                                        if p["node"] == info.driver_node))
     graph.record_nodes(node)
     tcp = _tcp_channels(low, node, cfg.host_transport)
+    # Before round 2 creates any ring: every node's rings must fit in its /dev/shm.
+    _check_rings_fit(proto, cfg, tcp, node, probes, info.driver_node)
     bindings = {
         ch.id: ("tcp" if ch.id in tcp else "shm") for ch in low.channels if ch.kind == pb.CHAN_HOST
     }

@@ -57,7 +57,8 @@ import time
 from .errors import SegmentExistsError, ShmSecurityError
 from .procs import identity, is_alive
 
-__all__ = ["SHM_ROOT", "SHM_DIR", "HEADER", "Segment", "SegmentNotReady", "segment_dir", "list_segments",
+__all__ = ["SHM_ROOT", "SHM_DIR", "HEADER", "Segment", "SegmentNotReady", "segment_dir", "shm_free_bytes",
+           "list_segments",
            "cleanup_segments", "sweep_dead_segments"]
 
 SHM_ROOT = "/dev/shm"
@@ -90,6 +91,25 @@ def segment_dir() -> str:
         return _locate(create=False)[0]
     except FileNotFoundError as e:
         return str(e.filename)
+
+
+def shm_free_bytes() -> int:
+    """Bytes this user may still allocate on the filesystem that holds ``segment_dir()``
+    (``statvfs``: ``f_bavail * f_frsize``). The one place the runtime reads it: the start
+    check of the plan's rings (``cgc.runtime.shm_space``) - and the seam tests patch.
+
+    Why the parent folder is asked: the segment folder may not exist yet, and a name in
+    /dev/shm is never followed before it is checked (it lives on the same filesystem).
+
+    Example:
+        >>> shm_free_bytes() >= 0
+        True
+
+    Raises:
+        OSError: the folder above the segment directory does not exist (no /dev/shm).
+    """
+    st = os.statvfs(os.path.dirname(segment_dir()) or ".")
+    return st.f_bavail * st.f_frsize
 
 
 _chosen: dict[tuple[str, int], str] = {}  # (SHM_ROOT, euid) -> the fallback folder in use
