@@ -14,7 +14,7 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
