@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -90,7 +91,13 @@ def torch_profile(directory: str, plan: str, actor: str) -> Iterator[None]:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    prof = profile(activities=activities, record_shapes=False)
+    # One cycle covers the whole run: acc_events=True keeps its events, as without a
+    # schedule they are kept anyway, and stops torch (2.11 on the GPU host) warning once per
+    # actor that a cycle's events are cleared. Older torch has no such argument.
+    opts: dict[str, Any] = {"record_shapes": False}
+    if "acc_events" in inspect.signature(profile).parameters:
+        opts["acc_events"] = True
+    prof = profile(activities=activities, **opts)
     prof.__enter__()
     try:
         yield

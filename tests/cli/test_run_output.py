@@ -47,6 +47,8 @@ def test_run_output_has_no_colour_codes_and_no_banner(chain_plan, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout + proc.stderr, proc.stderr
     assert BANNER not in proc.stderr, proc.stderr
+    # torch 2.11 (the GPU host's) warned once per actor that a profiler cycle's events clear
+    assert "Profiler clears events" not in proc.stdout + proc.stderr, proc.stderr
     assert "plan chain: 3 executions" in proc.stdout
     assert len(list(prof.glob("chain-*.json"))) == 3  # the profiler did run in every actor
 
