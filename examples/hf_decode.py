@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import hf_stages
@@ -65,11 +66,17 @@ def example_inputs():
     return (0, hf_stages.prompts(hf_stages.model_spec("llama", "tiny"), 1, 2, 8)[0], 0)
 
 
-def parse_args(argv: list[str] | None = None, doc: str | None = None) -> argparse.Namespace:
-    """The command line shared with ``ray_hf_decode.py`` (which adds ``--cgc``)."""
+def parse_args(argv: list[str] | None = None, doc: str | None = None,
+               transports: Sequence[str] = ()) -> argparse.Namespace:
+    """The command line shared with ``ray_hf_decode.py`` and ``rdt_hf_decode.py`` (which add
+    ``--cgc``; the latter also ``--transport``, one of ``transports``)."""
     ap = argparse.ArgumentParser(description=(doc or __doc__).splitlines()[0])
     if doc is not None:
-        ap.add_argument("--cgc", action="store_true", help="run on cgc's drop-in")
+        ap.add_argument("--cgc", action="store_true",
+                        help="trace the step with cgc" if transports else "run on cgc's drop-in")
+    if transports:
+        ap.add_argument("--transport", choices=transports,
+                        help="RDT hint on the activations (default: gloo, nccl with cuda)")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", help="a save_pretrained directory")
     src.add_argument("--model", default="llama", choices=sorted(hf_stages.FAMILIES))

@@ -23,9 +23,13 @@ from ray.dag import InputNode
 
 
 def make_stages(spec: dict[str, Any], stages: int = 2, microbatches: int = 2, batch: int = 2,
-                max_seq: int = 64, device: str = "cpu", num_gpus: float = 0.0) -> list:
-    """The stage actors, one per span of layers (live handles, as Ray programs hold them)."""
+                max_seq: int = 64, device: str = "cpu", num_gpus: float = 0.0,
+                rdt: bool = False) -> list:
+    """The stage actors, one per span of layers (live handles, as Ray programs hold them);
+    ``rdt``: their calls may send by Ray Direct Transport (``rdt_hf_decode.py``)."""
     opts = hf_decode.stage_options(device, stages, num_gpus)
+    if rdt:
+        opts["enable_tensor_transport"] = True
     cls = ray.remote(**opts)(hf_stages.HFStage)
     n = spec["config"]["num_hidden_layers"]
     return [cls.remote(spec, a, b, microbatches, batch, max_seq, device)
