@@ -34,7 +34,7 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import ring_slot_bytes
 from cgc.runtime.errors import ShmSpaceError
 
-__all__ = ["ring_segment_bytes", "rings_on_node", "margin_bytes", "check_shm_space"]
+__all__ = ["ring_segment_bytes", "rings_on_node", "margin_bytes", "fits", "check_shm_space"]
 
 # Why a margin: the rings are not all a graph puts in /dev/shm. Values larger than a slot
 # go through data blocks (each ring keeps up to 64 MiB of them for reuse), CPU
@@ -61,11 +61,11 @@ def ring_segment_bytes(ch: pb.Channel, default_slot_bytes: int) -> int:
     Raises:
         ValueError: a negative slot size (see ``ring_slot_bytes``).
     """
-    from cgc.runtime.channels.ring_layout import _layout
+    from cgc.runtime.channels.ring_layout import ring_segment_size
     from cgc.runtime.channels.shm import HEADER
 
     slot = ring_slot_bytes(ch.slot_bytes, default_slot_bytes)
-    _first, _stride, size = _layout(max(ch.slots, 1), max(len(ch.readers), 1), slot)
+    size = ring_segment_size(max(ch.slots, 1), max(len(ch.readers), 1), slot)
     page = mmap.PAGESIZE
     return (HEADER + size + page - 1) // page * page
 
@@ -97,6 +97,16 @@ def margin_bytes(need: int) -> int:
         (True, True)
     """
     return MARGIN_FIXED + int(need * MARGIN_FRACTION)
+
+
+def fits(need: int, free: int) -> bool:
+    """Whether ``need`` bytes of rings and their margin fit in ``free`` bytes.
+
+    Example:
+        >>> fits(0, 16 << 20), fits(1, 16 << 20)
+        (True, False)
+    """
+    return need + margin_bytes(need) <= free
 
 
 def _size(n: int) -> str:
@@ -131,9 +141,9 @@ def check_shm_space(proto: pb.Plan, rings: Mapping[int, int], free: int, where: 
             space, and how to make room.
     """
     need = sum(rings.values())
-    margin = margin_bytes(need)
-    if need + margin <= free:
+    if fits(need, free):
         return
+    margin = margin_bytes(need)
     by_id = {ch.id: ch for ch in proto.lowered.channels}
     largest = sorted(rings, key=lambda c: (-rings[c], c))[:_SHOWN]
     lines = "\n  ".join(_describe(proto, by_id[c], rings[c], default_slot_bytes)

@@ -111,17 +111,16 @@ def _check_rings_fit_early(proto: pb.Plan, cfg: RunConfig, driver_node: str) -> 
         ShmSpaceError: they do not fit (see ``cgc.runtime.shm_space``).
     """
     from cgc.runtime.channels import ring_supported, shm
-    from cgc.runtime.shm_space import check_shm_space, margin_bytes, ring_segment_bytes
+    from cgc.runtime.shm_space import check_shm_space, fits, ring_segment_bytes
 
     if cfg.host_transport == "tcp" or not ring_supported():
         return  # no rings at all
     rings = {ch.id: ring_segment_bytes(ch, cfg.slot_bytes) for ch in proto.lowered.channels
              if ch.kind == pb.CHAN_HOST}
-    need = sum(rings.values())
     free = shm.shm_free_bytes()
     # Why the cluster is asked only now: a plan that fits even with every ring here (the
     # usual case) costs no Ray call.
-    if need + margin_bytes(need) <= free or not _one_node():
+    if fits(sum(rings.values()), free) or not _one_node():
         return
     check_shm_space(proto, rings, free, _where(driver_node, "the driver's node"),
                     cfg.slot_bytes)

@@ -53,7 +53,7 @@ from .errors import UnsupportedPlatformError
 from .futex import fence, fence_halves, futex_wake
 from .shm import Segment
 
-__all__ = ["Closed", "ring_supported", "require_ring_support"]
+__all__ = ["Closed", "ring_supported", "require_ring_support", "ring_segment_size"]
 
 
 class Closed(enum.IntEnum):
@@ -112,6 +112,18 @@ def _layout(slots: int, num_readers: int, slot_bytes: int) -> tuple[int, int, in
     first = _a64(_R_BASE + _R_STRIDE * num_readers)
     stride = _a64(_SLOT_HDR_SIZE + slot_bytes)
     return first, stride, first + stride * slots
+
+
+def ring_segment_size(slots: int, num_readers: int, slot_bytes: int) -> int:
+    """Data bytes of a ring's segment (the header, reader cursors and ``slots`` slots of
+    ``slot_bytes``): what ``RingWriter.create`` asks ``Segment.create`` for, and what the
+    start check of /dev/shm space counts (``cgc.runtime.shm_space``).
+
+    Example:
+        >>> ring_segment_size(slots=4, num_readers=2, slot_bytes=4096)
+        16896
+    """
+    return _layout(slots, num_readers, slot_bytes)[2]
 
 
 def _set_closed(seg: Segment, code: Closed) -> None:

@@ -42,9 +42,9 @@ from .ring_layout import (
     _a64,
     _fence_a,
     _fence_r,
-    _layout,
     _set_closed,
     require_ring_support,
+    ring_segment_size,
 )
 from .serial import Serializer
 from .shm import Segment
@@ -97,9 +97,8 @@ class ShmRingWriter(RingEndpoint):
         require_ring_support()
         if slots < 1 or num_readers < 1 or slot_bytes < 64:
             raise ValueError("need slots >= 1, num_readers >= 1, slot_bytes >= 64")
-        _, _, size = _layout(slots, num_readers, slot_bytes)
         self = cls()
-        self._seg = Segment.create(name, size)
+        self._seg = Segment.create(name, ring_segment_size(slots, num_readers, slot_bytes))
         mv = self._seg.mv
         struct.pack_into("<Q", mv, _H_ZC, zero_copy_min)
         _HDR.pack_into(mv, 0, 0, _VERSION, slots, num_readers, slot_bytes)

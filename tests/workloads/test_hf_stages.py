@@ -27,6 +27,7 @@ import hf_stages  # noqa: E402
 import ray  # noqa: E402
 import ray_hf_decode  # noqa: E402
 import tinygpt  # noqa: E402
+from hf_checks import assert_varied, token_rows  # noqa: E402
 
 import cgc  # noqa: E402
 import cgc.ray_compat  # noqa: E402
@@ -44,12 +45,6 @@ def _staged(spec, stages=2, microbatches=2, batch=2):
 def _decode_here(stages, ps, tokens=TOKENS):
     return tinygpt.generate(lambda m, t, p: hf_stages.run_stages(stages, t, m, p),
                             lambda r: r, ps, tokens)
-
-
-def _assert_varied(tokens):
-    """Tokens that repeat one id would make equality prove little."""
-    for seq in (s for t in tokens for s in t.tolist()):
-        assert len(set(seq)) >= len(seq) // 2, seq
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +65,7 @@ def test_staged_tokens_equal_generate(family, attn):
     want = hf_stages.generate_reference(model, ps, TOKENS)
     got = _decode_here(_staged(spec), ps)
     assert hf_stages.first_difference(got, want) is None
-    _assert_varied(got)
+    assert_varied(token_rows(got))
     # The library's static cache (the layout the stages keep) gives the same tokens too.
     static = hf_stages.generate_reference(model, ps, TOKENS, cache_implementation="static")
     assert hf_stages.first_difference(static, want) is None
@@ -195,16 +190,6 @@ def test_bad_arguments_are_refused(llama):
 # ---------------------------------------------------------------- on actors
 
 
-@pytest.fixture(scope="module")
-def shipped(ray_cluster):
-    """Ray's workers cannot import examples/: ship the modules by value."""
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.register_pickle_by_value(m)
-    yield
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.unregister_pickle_by_value(m)
-
-
 def test_cgc_pipeline_with_cuda_graphs_asked_for_is_exact(shipped, llama):
     """Two stage actors, CUDA graphs marked (eager on the CPU: the same code path up to the
     capture)."""
@@ -216,7 +201,7 @@ def test_cgc_pipeline_with_cuda_graphs_asked_for_is_exact(shipped, llama):
     with plan.start(get_timeout=120) as g:
         got = tinygpt.generate(g.execute, lambda r: r.get(), ps, TOKENS)
     assert hf_stages.first_difference(got, want) is None
-    _assert_varied(got)
+    assert_varied(token_rows(got))
 
 
 def test_model_file_runs_its_example_inputs(shipped):

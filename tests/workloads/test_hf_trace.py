@@ -27,27 +27,12 @@ import ray_hf_decode  # noqa: E402
 import rdt_common  # noqa: E402
 import rdt_llm_decode  # noqa: E402
 import tinygpt  # noqa: E402
+from hf_checks import assert_varied, token_rows  # noqa: E402
 
 import cgc  # noqa: E402
 from cgc.plan_schema import plan_pb2 as pb  # noqa: E402
 
 TOKENS, PROMPT, MAX_SEQ = 8, 6, 32
-
-
-def _assert_varied(rows):
-    """Tokens that repeat one id would make equality prove little."""
-    for seq in rows:
-        assert len(set(seq)) >= len(seq) // 2, seq
-
-
-@pytest.fixture(scope="module")
-def shipped(ray_cluster):
-    """Ray's workers cannot import examples/: ship the modules by value."""
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.register_pickle_by_value(m)
-    yield
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.unregister_pickle_by_value(m)
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager_rdt_gloo", "cgc"])
@@ -69,7 +54,7 @@ def test_llama_step_eager_and_traced_equals_generate(shipped, traced):
         for a in actors:
             ray.kill(a)
     assert hf_stages.first_difference(got, want) is None
-    _assert_varied([r for t in got for r in t.tolist()])
+    assert_varied(token_rows(got))
     if plan is not None:  # the activations' gloo hint became cgc's host channel
         assert sum(e.transport == pb.HOST and e.reason.startswith("ray rdt gloo")
                    for e in plan.proto.lowered.edges) == 1
@@ -93,4 +78,4 @@ def test_command_line_qwen2_prints_json_last(ray_address, flags):
     want = hf_stages.prompts(spec, 2, 2, 5, 4)  # --seed 3: prompts from seed 4
     assert out["prompts"] == [r for t in want for r in t.tolist()]
     assert len(out["tokens"]) == 4 and all(len(t) == 6 for t in out["tokens"])
-    _assert_varied(out["tokens"])
+    assert_varied(out["tokens"])
