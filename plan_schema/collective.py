@@ -4,7 +4,7 @@
 writes it into a plan without a table and the runtime reads it back the same way; its
 ``word`` (``"sum"``) is what communicators put in their call tags. ``KIND_WORDS`` names
 each ``pb.CollectiveKind``. How contributions combine lives in one place too:
-``cgc.runtime.channels.collective``.
+``cgc.runtime.comm.collective``.
 
 Example:
     >>> ReduceOp.of("max") is ReduceOp.MAX and ReduceOp(2) is ReduceOp.MAX

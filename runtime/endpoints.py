@@ -15,8 +15,8 @@ shared-memory names:
   every reader connects and proves the graph secret as its reader index; one write sends
   to all of them with per-message sequence numbers.
 - ``CHAN_NCCL`` and collectives: a communicator per plan communicator and member, of the
-  transport the driver bound it to (``cgc.runtime.gpu.binding``, opened by
-  ``cgc.runtime.gpu.factory.open_device_communicator``); its shared-memory rings are
+  transport the driver bound it to (``cgc.runtime.comm.binding``, opened by
+  ``cgc.runtime.comm.factory.open_device_communicator``); its shared-memory rings are
   named under ``communicator_prefix(prefix, id)``.
 
 Example::

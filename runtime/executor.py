@@ -58,7 +58,7 @@ class ActorLoop(LoopSetup, OpCompiler):
         self.readers: dict[int, Any] = {}
         self.comms: dict[int, Any] = {}
         # communicator id -> "nccl" | "cuda_ipc" | "host_staging" | "cpu", bound by the
-        # driver from where the members landed (cgc.runtime.gpu.binding; set in round 2)
+        # driver from where the members landed (cgc.runtime.comm.binding; set in round 2)
         self.transports: dict[int, str] = {}
         self.streams: Any = None  # the actor's CUDA streams once a device communicator opens
         self._deferred: set[tuple[int, int]] = set()
@@ -87,14 +87,14 @@ class ActorLoop(LoopSetup, OpCompiler):
 
     def _wrap_captured(self, actor: str) -> dict[str, Any]:
         """Replace the methods of the plan's captured ops by their CUDA-graph replayers
-        (``cgc.runtime.gpu.graphs``); without CUDA here they stay eager."""
+        (``cgc.runtime.gpu.cuda_graphs``); without CUDA here they stay eager."""
         if not self.program.captured_ops or "torch" not in sys.modules:
             return {}
         import torch
 
         if not torch.cuda.is_available():
             return {}
-        from cgc.runtime.gpu.graphs import CapturedCall
+        from cgc.runtime.gpu.cuda_graphs import CapturedCall
 
         out: dict[str, Any] = {}
         for i in self.program.captured_ops:

@@ -64,10 +64,10 @@ class LoopSetup(LoopState):
         gpu = None
         if self.opts.probe_gpu and self.my_comms():
             if self.opts.fake_hosts:  # before this process's first NCCL call
-                from cgc.runtime.gpu.binding import apply_fake_hosts
+                from cgc.runtime.comm.binding import apply_fake_hosts
 
                 apply_fake_hosts(f"{self.actor}-{self.gid}")
-            from cgc.runtime.gpu.binding import probe_gpu_uuid
+            from cgc.runtime.comm.binding import probe_gpu_uuid
 
             gpu = probe_gpu_uuid()
         return {"gpu": gpu}
@@ -82,7 +82,7 @@ class LoopSetup(LoopState):
         out = {}
         for c in self.my_comms():
             if self.transports.get(c.id) == "nccl" and c.members[0] == self.actor:
-                from cgc.runtime.gpu.nccl import make_unique_id
+                from cgc.runtime.comm.nccl import make_unique_id
 
                 out[c.id] = make_unique_id()
         return out
@@ -138,7 +138,7 @@ class LoopSetup(LoopState):
         return [*ops[:first], rung, *ops[first + 1:]]
 
     def _open_comm(self, comm: pb.Communicator, timeout: float, uid: bytes | None) -> Any:
-        from cgc.runtime.gpu.factory import open_device_communicator
+        from cgc.runtime.comm.factory import open_device_communicator
 
         transport = self.transports[comm.id]
         if transport != "cpu" and self.streams is None:
@@ -171,7 +171,7 @@ class LoopSetup(LoopState):
             v = r.read(timeout)
             if type(v) is not Ping:
                 raise SetupError(f"{self.actor}: warm-up read {v!r} on channel {cid}")
-        from cgc.runtime.gpu.warmup import has_collectives, p2p_peers, warm_up
+        from cgc.runtime.comm.warmup import has_collectives, p2p_peers, warm_up
 
         transports = self.transports
         for cid in sorted(self.comms):  # device groups: plan order, see open_readers_and_comms

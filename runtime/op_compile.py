@@ -293,7 +293,7 @@ class OpCompiler(LoopState):
         red, kind = ReduceOp(coll.reduce_op), coll.kind
         coll_name = node.name.removeprefix(f"{self.actor}.")  # errors say "<actor>.<this>"
         # Every communicator runs the collective itself, with the one rule of
-        # cgc.runtime.channels.collective; an upstream error on any member comes back as
+        # cgc.runtime.comm.collective; an upstream error on any member comes back as
         # every member's result (errors are agreed on before any device op).
         native = {pb.ALLREDUCE: lambda x: comm.allreduce(x, red),
                   pb.ALLGATHER: comm.allgather,

@@ -11,7 +11,7 @@ Steps (each Ray round is batched over all actors, never one blocking call per ta
    rings meanwhile);
    Communicators are bound to a transport from where their members landed (NCCL between
    GPUs, CUDA IPC on a shared GPU, pinned host staging, the CPU communicator; see
-   ``cgc.runtime.gpu.binding``); rank 0 of each NCCL one makes its unique id here;
+   ``cgc.runtime.comm.binding``); rank 0 of each NCCL one makes its unique id here;
 3. start round: each actor attaches its readers, joins its communicators in plan order
    (the NCCL ones with rank 0's id), warms every device p2p pair, sends one PING
    through every edge it writes and takes one from every edge it reads, then starts its
@@ -58,7 +58,7 @@ PLACEMENT_WAIT_S = 30.0
 def bind_transports(proto: pb.Plan, probes: dict[str, dict], node: dict[str, str],
                     choice: str, fake_hosts: bool) -> dict[int, Any]:
     """How each communicator of the plan is bound, from where its members landed:
-    communicator id -> ``cgc.runtime.gpu.binding.Binding`` (transport and reason).
+    communicator id -> ``cgc.runtime.comm.binding.Binding`` (transport and reason).
 
     Members report no GPU when the cluster has none or ``communicator="cpu"`` (then every
     communicator runs on the CPU communicator; "nccl" fails, naming the members).
@@ -66,7 +66,7 @@ def bind_transports(proto: pb.Plan, probes: dict[str, dict], node: dict[str, str
     Raises:
         SetupError: ``choice == "nccl"`` and members cannot run NCCL (named).
     """
-    from cgc.runtime.gpu.binding import bind_communicators
+    from cgc.runtime.comm.binding import bind_communicators
 
     members = {c.id: [(node[m], probes[m].get("gpu")) for m in c.members]
                for c in proto.lowered.communicators}
@@ -261,8 +261,8 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
                   secret: bytes, deadline: float) -> None:
     from cgc.runtime import actor_calls as ex
     from cgc.runtime.channels import janitor
+    from cgc.runtime.comm.binding import fake_hosts_enabled
     from cgc.runtime.endpoints import open_host_reader, open_host_writer
-    from cgc.runtime.gpu.binding import fake_hosts_enabled
     from cgc.runtime.loop_state import LoopOptions
     from cgc.runtime.monitor import Monitor
 

@@ -68,7 +68,7 @@ def method(_func: Any = None, *, num_returns: int = 1, cuda_graph: bool = False)
     whether the actor replays it as a CUDA graph.
 
     ``cuda_graph=True``: after its first executions the actor captures the call once and
-    replays the capture in later executions (``cgc.runtime.gpu.graphs``). The method must
+    replays the capture in later executions (``cgc.runtime.gpu.cuda_graphs``). The method must
     then be a function of its tensor arguments and the actor's device tensors: no host
     synchronisation, no Python state that changes between calls, same non-tensor arguments
     per captured variant. Calls it cannot capture run eagerly, and that is reported.

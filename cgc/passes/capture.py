@@ -5,7 +5,7 @@ A call asks for capture when its method is marked ``@cgc.method(cuda_graph=True)
 actor has the ``cuda_graph=True`` option (``Node.cuda_graph``, set by the frontend). Each
 such call's COMPUTE op in the loop becomes a region of its own: the actor captures the
 call once its inputs' shapes have been seen in warm-up and replays it per execution;
-reads, writes, sends and receives stay outside (``cgc.runtime.gpu.graphs``). The prologue
+reads, writes, sends and receives stay outside (``cgc.runtime.gpu.cuda_graphs``). The prologue
 (execution-0 copies of prefetch ops) is never captured.
 
 Example: for ``s.forward`` marked on a one-actor chain, ``programs[0].captured_ops == [1]``

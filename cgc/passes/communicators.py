@@ -4,7 +4,7 @@ One point-to-point communicator holds every actor at either end of an NCCL chann
 in ``Graph.actors`` order. Each collective uses the communicator whose members are its
 member actors in the collective's rank order (``Collective.nodes`` order); groups with the
 same members and ranks are shared. The plan names no transport for them: the runtime binds
-one at start from where the members landed (``cgc.runtime.gpu.binding``).
+one at start from where the members landed (``cgc.runtime.comm.binding``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""cgc data plane: shared-memory ring channels, TCP channels, the CPU communicator.
+"""cgc host channels: shared-memory rings and TCP, one writer to N readers.
 
 Design of the ring: see the ``ring_layout`` (format, memory ordering), ``ring_endpoint``
 (waiting), ``ring_writer`` (payload, forwarding), ``ring_reader`` (positions, borrowing)
@@ -66,16 +66,7 @@ prove they hold the graph's secret, once, at set-up)::
 ``ChannelAuthError``: a peer failed the proof. ``FrameTooLargeError``: a frame over
 ``max_frame_bytes`` (default ``DEFAULT_MAX_FRAME_BYTES``), refused before allocating.
 
-Communicators (NCCL semantics: send completes when the peer's recv takes the value;
-collectives return after every rank contributed; call orders must match on all ranks)::
-
-    c = CpuCommunicator(prefix="g1234-k0-", rank=r, world_size=n)   # no set-up round trips
-    c.send(value, peer, timeout=None); v = c.recv(peer, shape=None, dtype=None, timeout=None)
-    c.allreduce(x, op=ReduceOp.SUM)      # or "sum" "product" "max" "min" "avg"
-    c.allgather(x) -> [x_rank0, ...];  c.reducescatter(x, op) -> chunk `rank` of dim 0
-    c.destroy(linger=2.0)
-
-``Communicator`` is the abstract base a NCCL implementation will subclass.
+Communicators (CPU, NCCL, CUDA IPC) live beside this package in ``cgc.runtime.comm``.
 
 Example:
     >>> from cgc.runtime.channels import ShmRingWriter, ShmRingReader
@@ -88,10 +79,7 @@ Example:
 
 from __future__ import annotations
 
-from .collective import ReduceOp
-from .comm import Communicator
-from .cpu_comm import CpuCommunicator
-from .errors import (
+from cgc.runtime.channels.errors import (
     ChannelAuthError,
     ChannelClosedError,
     ChannelError,
@@ -106,16 +94,21 @@ from .errors import (
     decode_error,
     lost_value,
 )
-from .ring_layout import require_ring_support, ring_supported
-from .ring_reader import ShmRingReader
-from .ring_writer import ShmRingWriter
-from .shm import cleanup_segments, list_segments, segment_dir, sweep_dead_segments
-from .tcp import DEFAULT_MAX_FRAME_BYTES, TcpReader, TcpWriter
+from cgc.runtime.channels.ring_layout import require_ring_support, ring_supported
+from cgc.runtime.channels.ring_reader import ShmRingReader
+from cgc.runtime.channels.ring_writer import ShmRingWriter
+from cgc.runtime.channels.shm import (
+    cleanup_segments,
+    list_segments,
+    segment_dir,
+    sweep_dead_segments,
+)
+from cgc.runtime.channels.tcp import DEFAULT_MAX_FRAME_BYTES, TcpReader, TcpWriter
 
 __all__ = ["ChannelAuthError", "ChannelClosedError", "ChannelError", "ChannelSequenceError",
-           "ChannelTimeoutError", "Communicator", "CpuCommunicator", "DEFAULT_MAX_FRAME_BYTES",
+           "ChannelTimeoutError", "DEFAULT_MAX_FRAME_BYTES",
            "ErrorValue", "FrameTooLargeError", "PeerDiedError",
-           "ReduceOp", "SegmentExistsError", "ShmRingReader", "ShmRingWriter",
+           "SegmentExistsError", "ShmRingReader", "ShmRingWriter",
            "ShmSecurityError", "TcpReader", "TcpWriter", "UnsupportedPlatformError",
            "cleanup_segments", "decode_error", "list_segments", "lost_value", "require_ring_support", "ring_supported",
            "segment_dir", "sweep_dead_segments"]

@@ -22,8 +22,8 @@ Example:
 
 from __future__ import annotations
 
-from .futex import futex_wake
-from .shm import Segment
+from cgc.runtime.channels.futex import futex_wake
+from cgc.runtime.channels.shm import Segment
 
 __all__ = ["Bells", "BELL_SPIN_S"]
 

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ShmSecurityError
-from .shm import Segment
+from cgc.runtime.channels.errors import ShmSecurityError
+from cgc.runtime.channels.shm import Segment
 
 __all__ = ["FOREIGN", "register", "unregister", "find", "pack_record", "record_size",
            "unpack_record", "ForeignCache"]

@@ -139,7 +139,7 @@ def _send(line: str) -> None:
     global _proc, _owner
     try:
         if _proc is None or _owner != os.getpid() or not _proc.alive():
-            from .shm import segment_dir
+            from cgc.runtime.channels.shm import segment_dir
 
             if _proc is not None:  # ours (_forked ran first): a dead janitor's pipe
                 _proc.drop()

@@ -32,9 +32,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import ChannelTimeoutError, ShmSecurityError
-from .futex import fence
-from .shm import Segment
+from cgc.runtime.channels.errors import ChannelTimeoutError, ShmSecurityError
+from cgc.runtime.channels.futex import fence
+from cgc.runtime.channels.shm import Segment
 
 __all__ = ["BlockPool", "BlockCache", "BLOCK_MAGIC", "block_data_offset", "release_block",
            "DEFAULT_KEEP_FREE", "DEFAULT_KEEP_FREE_BYTES"]

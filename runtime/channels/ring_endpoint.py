@@ -18,11 +18,16 @@ import os
 import time
 from typing import Any
 
-from .bell import BELL_SPIN_S
-from .errors import ChannelClosedError, ChannelSequenceError, ChannelTimeoutError, PeerDiedError
-from .futex import HAVE_WAITV, fence, futex_wait, futex_wait2
-from .procs import is_alive
-from .ring_layout import (
+from cgc.runtime.channels.bell import BELL_SPIN_S
+from cgc.runtime.channels.errors import (
+    ChannelClosedError,
+    ChannelSequenceError,
+    ChannelTimeoutError,
+    PeerDiedError,
+)
+from cgc.runtime.channels.futex import HAVE_WAITV, fence, futex_wait, futex_wait2
+from cgc.runtime.channels.procs import is_alive
+from cgc.runtime.channels.ring_layout import (
     _CLOSED_I,
     _HDR,
     _R_BASE,
@@ -32,7 +37,7 @@ from .ring_layout import (
     _layout,
     _set_closed,
 )
-from .shm import Segment
+from cgc.runtime.channels.shm import Segment
 
 __all__ = ["RingEndpoint"]
 

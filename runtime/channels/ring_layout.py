@@ -49,9 +49,9 @@ import enum
 import os
 import struct
 
-from .errors import UnsupportedPlatformError
-from .futex import fence, fence_halves, futex_wake
-from .shm import Segment
+from cgc.runtime.channels.errors import UnsupportedPlatformError
+from cgc.runtime.channels.futex import fence, fence_halves, futex_wake
+from cgc.runtime.channels.shm import Segment
 
 __all__ = ["Closed", "ring_supported", "require_ring_support", "ring_segment_size"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import (
+from cgc.runtime.channels.errors import (
     ChannelClosedError,
     ChannelSequenceError,
     ChannelTimeoutError,
@@ -34,14 +34,14 @@ from .errors import (
     decode_error,
     lost_value,
 )
-from .forward import FOREIGN, ForeignCache, unpack_record
-from .forward import register as register_ref
-from .forward import unregister as unregister_ref
-from .futex import futex_wake
-from .pool import BLOCK_MAGIC, BlockCache, block_data_offset, release_block
-from .procs import identity
-from .ring_endpoint import RingEndpoint
-from .ring_layout import (
+from cgc.runtime.channels.forward import FOREIGN, ForeignCache, unpack_record
+from cgc.runtime.channels.forward import register as register_ref
+from cgc.runtime.channels.forward import unregister as unregister_ref
+from cgc.runtime.channels.futex import futex_wake
+from cgc.runtime.channels.pool import BLOCK_MAGIC, BlockCache, block_data_offset, release_block
+from cgc.runtime.channels.procs import identity
+from cgc.runtime.channels.ring_endpoint import RingEndpoint
+from cgc.runtime.channels.ring_layout import (
     _H_WSEQ,
     _H_WWAIT,
     _INLINE,
@@ -60,8 +60,8 @@ from .ring_layout import (
     _set_closed,
     require_ring_support,
 )
-from .serial import loads
-from .shm import Segment
+from cgc.runtime.channels.serial import loads
+from cgc.runtime.channels.shm import Segment
 
 __all__ = ["ShmRingReader"]
 

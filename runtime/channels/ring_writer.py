@@ -16,14 +16,14 @@ import struct
 import time
 from typing import Any
 
-from .errors import ChannelClosedError, ChannelTimeoutError
-from .forward import FOREIGN, pack_record, record_size
-from .forward import find as find_ref
-from .futex import futex_wake
-from .parallel_copy import copy_into
-from .pool import DEFAULT_KEEP_FREE_BYTES, BlockPool
-from .ring_endpoint import RingEndpoint
-from .ring_layout import (
+from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
+from cgc.runtime.channels.forward import FOREIGN, pack_record, record_size
+from cgc.runtime.channels.forward import find as find_ref
+from cgc.runtime.channels.futex import futex_wake
+from cgc.runtime.channels.parallel_copy import copy_into
+from cgc.runtime.channels.pool import DEFAULT_KEEP_FREE_BYTES, BlockPool
+from cgc.runtime.channels.ring_endpoint import RingEndpoint
+from cgc.runtime.channels.ring_layout import (
     _BLOCK,
     _CLOSED_I,
     _H_WSEQ,
@@ -46,8 +46,8 @@ from .ring_layout import (
     require_ring_support,
     ring_segment_size,
 )
-from .serial import Serializer
-from .shm import Segment
+from cgc.runtime.channels.serial import Serializer
+from cgc.runtime.channels.shm import Segment
 
 __all__ = ["ShmRingWriter"]
 

@@ -54,8 +54,8 @@ import struct
 import threading
 import time
 
-from .errors import SegmentExistsError, ShmSecurityError
-from .procs import identity, is_alive
+from cgc.runtime.channels.errors import SegmentExistsError, ShmSecurityError
+from cgc.runtime.channels.procs import identity, is_alive
 
 __all__ = ["SHM_ROOT", "SHM_DIR", "HEADER", "Segment", "SegmentNotReady", "segment_dir", "shm_free_bytes",
            "list_segments",

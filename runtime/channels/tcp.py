@@ -42,8 +42,7 @@ import termios
 from typing import Any
 
 from cgc.plan_schema.defaults import MAX_FRAME_BYTES
-
-from .errors import (
+from cgc.runtime.channels.errors import (
     ChannelClosedError,
     ChannelSequenceError,
     ChannelTimeoutError,
@@ -51,9 +50,15 @@ from .errors import (
     decode_error,
     lost_value,
 )
-from .serial import Serializer, loads
-from .tcp_accept import HANDSHAKE_S, Acceptor, check_secret, connect_proven, listener
-from .tcp_frame import (
+from cgc.runtime.channels.serial import Serializer, loads
+from cgc.runtime.channels.tcp_accept import (
+    HANDSHAKE_S,
+    Acceptor,
+    check_secret,
+    connect_proven,
+    listener,
+)
+from cgc.runtime.channels.tcp_frame import (
     CLOSE_FRAME,
     DATA_FRAME,
     FRAME_MAGIC,

@@ -48,7 +48,7 @@ import struct
 import threading
 import time
 
-from .errors import ChannelAuthError, ChannelTimeoutError
+from cgc.runtime.channels.errors import ChannelAuthError, ChannelTimeoutError
 
 __all__ = ["Acceptor", "connect_proven", "listener", "check_secret", "HANDSHAKE_S"]
 

@@ -105,7 +105,7 @@ def gpus_free_around_each_test(request):
 def transport(request, monkeypatch):
     """The binding a plan's communicators must get on one GPU: CUDA IPC, or real NCCL with
     two ranks on the one device in the test-only fake-hosts mode."""
-    from cgc.runtime.gpu.binding import FAKE_HOSTS_ENV
+    from cgc.runtime.comm.binding import FAKE_HOSTS_ENV
 
     if request.param == "nccl":
         monkeypatch.setenv(FAKE_HOSTS_ENV, "1")

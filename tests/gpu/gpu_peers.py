@@ -18,7 +18,7 @@ class Peer:
     """One actor = one rank. ``fake_host``: apply the NCCL fake-hosts env before any NCCL."""
 
     def __init__(self, fake_host: str | None = None) -> None:
-        from cgc.runtime.gpu.binding import apply_fake_hosts
+        from cgc.runtime.comm.binding import apply_fake_hosts
 
         if fake_host:
             apply_fake_hosts(fake_host)
@@ -49,20 +49,20 @@ def make_peer(fake_host: str | None = None, concurrency: int = 1) -> Any:
 
 
 def gpu_uuid(p: Peer) -> str | None:
-    from cgc.runtime.gpu.binding import probe_gpu_uuid
+    from cgc.runtime.comm.binding import probe_gpu_uuid
 
     return probe_gpu_uuid()
 
 
 def unique_id(p: Peer, binding: str) -> bytes:
-    from cgc.runtime.gpu.nccl import make_unique_id
+    from cgc.runtime.comm.nccl import make_unique_id
 
     return make_unique_id(binding)
 
 
 def open_nccl(p: Peer, uid: bytes, prefix: str, rank: int, world: int, binding: str,
               init_timeout: float = 60.0) -> str:
-    from cgc.runtime.gpu.nccl import NcclCommunicator
+    from cgc.runtime.comm.nccl import NcclCommunicator
 
     p.comm = NcclCommunicator(uid, rank, world, prefix=prefix, streams=p.streams,
                               binding=binding, init_timeout=init_timeout, timeout=60.0)
@@ -71,14 +71,14 @@ def open_nccl(p: Peer, uid: bytes, prefix: str, rank: int, world: int, binding: 
 
 def open_ipc(p: Peer, prefix: str, rank: int, world: int, slots: int = 2,
              slot_bytes: int = 1 << 20) -> None:
-    from cgc.runtime.gpu.ipc import CudaIpcCommunicator
+    from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
 
     p.comm = CudaIpcCommunicator(rank, world, prefix=prefix, streams=p.streams, slots=slots,
                                  slot_bytes=slot_bytes, timeout=60.0)
 
 
 def warm(p: Peer, peers: list[int], collective: bool = False) -> None:
-    from cgc.runtime.gpu.warmup import warm_up
+    from cgc.runtime.comm.warmup import warm_up
 
     warm_up(p.comm, peers, 60.0, collective)
 
@@ -282,8 +282,8 @@ def abort_peer(p: Peer) -> None:
 
 def init_alone(p: Peer, binding: str, deadline_s: float) -> tuple[str, float]:
     """NCCL init of rank 0 of 2 whose rank 1 never comes: must end by the deadline."""
+    from cgc.runtime.comm.nccl_lib import nccl_lib
     from cgc.runtime.errors import SetupError
-    from cgc.runtime.gpu.nccl_lib import nccl_lib
 
     lib = nccl_lib(binding)
     uid = lib.unique_id()
@@ -303,7 +303,7 @@ def torch_dist_world1(p: Peer) -> list[float]:
     import torch
     import torch.distributed as dist
 
-    from cgc.runtime.gpu.torchdist import TorchDistCommunicator
+    from cgc.runtime.comm.torchdist import TorchDistCommunicator
 
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
                             device_id=torch.device("cuda", 0))

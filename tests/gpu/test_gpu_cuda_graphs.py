@@ -22,7 +22,7 @@ pytestmark = pytest.mark.gpu
 def test_a_captured_call_equals_eager_and_keeps_variants_apart():
     import torch
 
-    from cgc.runtime.gpu.graphs import CapturedCall
+    from cgc.runtime.gpu.cuda_graphs import CapturedCall
 
     w = torch.randn(64, 64, device="cuda")
 
@@ -43,7 +43,7 @@ def test_a_captured_call_equals_eager_and_keeps_variants_apart():
 def test_a_call_that_syncs_the_host_runs_eagerly_and_says_why():
     import torch
 
-    from cgc.runtime.gpu.graphs import CapturedCall
+    from cgc.runtime.gpu.cuda_graphs import CapturedCall
 
     def g(x):
         return x * float(x.sum())  # .item(): a host synchronisation

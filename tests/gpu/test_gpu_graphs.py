@@ -27,7 +27,7 @@ GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 def transport(request, monkeypatch):
     """The placement and binding under test: CUDA IPC and fake-hosts NCCL on one GPU (as in
     conftest), or ``nccl_2gpu``: each actor on a GPU of its own, real NCCL (2 GPUs)."""
-    from cgc.runtime.gpu.binding import FAKE_HOSTS_ENV
+    from cgc.runtime.comm.binding import FAKE_HOSTS_ENV
 
     if request.param == "nccl_2gpu" and GPUS < 2:
         pytest.skip(f"needs 2 GPUs (this machine has {GPUS})")

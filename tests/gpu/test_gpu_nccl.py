@@ -14,7 +14,7 @@ def _bindings():
     out = []
     for b in ("ctypes", "cupy"):
         try:
-            from cgc.runtime.gpu.nccl_lib import nccl_lib
+            from cgc.runtime.comm.nccl_lib import nccl_lib
 
             nccl_lib(b)
             out.append(b)

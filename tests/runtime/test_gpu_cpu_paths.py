@@ -27,18 +27,18 @@ from cgc.runtime.channels import (
     ChannelClosedError,
     ChannelError,
     ChannelTimeoutError,
-    CpuCommunicator,
     ErrorValue,
 )
-from cgc.runtime.channels.collective import CollectiveShapeError
+from cgc.runtime.comm import CpuCommunicator
+from cgc.runtime.comm import binding as B
+from cgc.runtime.comm.collective import CollectiveShapeError
+from cgc.runtime.comm.cpu_transport import ShmCpuTransport, cpu_device_communicator
+from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
+from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
+from cgc.runtime.comm.device_protocol import collective_plan
+from cgc.runtime.comm.host_staging import HostStagingCommunicator
+from cgc.runtime.comm.sidechannel import ShmSideChannels, exchange
 from cgc.runtime.errors import SetupError
-from cgc.runtime.gpu import binding as B
-from cgc.runtime.gpu.cpu_transport import ShmCpuTransport, cpu_device_communicator
-from cgc.runtime.gpu.ipc import CudaIpcCommunicator
-from cgc.runtime.gpu.ipc_devices import ShmIpcDevice
-from cgc.runtime.gpu.protocol import collective_plan
-from cgc.runtime.gpu.sidechannel import ShmSideChannels, exchange
-from cgc.runtime.gpu.staging import HostStagingCommunicator
 from cgc.runtime.gpu.streams import SYNC_COUNTER, NullStreams, actor_streams, wait_event
 from cgc.runtime.gpu.tensors import (
     STATUS_ERROR,
@@ -584,7 +584,7 @@ def test_staging_over_the_cpu_communicator(prefix):
 def _dist_rank(rank: int, init: str, prefix: str, q: Any) -> None:
     import torch.distributed as dist
 
-    from cgc.runtime.gpu.torchdist import TorchDistCommunicator
+    from cgc.runtime.comm.torchdist import TorchDistCommunicator
 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     comm = TorchDistCommunicator(prefix=prefix, timeout=60)
@@ -626,8 +626,8 @@ def test_torch_distributed_communicator_over_gloo(prefix, tmp_path):
 
 
 def test_nccl_dtype_table():
-    from cgc.runtime.channels.collective import ReduceOp
-    from cgc.runtime.gpu.nccl import nccl_dtype
+    from cgc.runtime.comm.collective import ReduceOp
+    from cgc.runtime.comm.nccl import nccl_dtype
 
     assert nccl_dtype("bfloat16", ReduceOp.SUM)[:2] == (9, None)
     assert nccl_dtype("complex64", ReduceOp.SUM)[1] == "real"
@@ -636,8 +636,8 @@ def test_nccl_dtype_table():
 
 
 def test_nccl_transport_groups_every_value(prefix):
-    from cgc.runtime.gpu.nccl import NcclTransport
-    from cgc.runtime.gpu.nccl_lib import NcclHandle
+    from cgc.runtime.comm.nccl import NcclTransport
+    from cgc.runtime.comm.nccl_lib import NcclHandle
 
     calls = []
 
@@ -666,7 +666,7 @@ def test_nccl_transport_groups_every_value(prefix):
 
 
 def test_ctypes_nccl_binding_loads_when_libnccl_is_installed():
-    from cgc.runtime.gpu.nccl_lib import CtypesNccl, NcclError, find_libnccl
+    from cgc.runtime.comm.nccl_lib import CtypesNccl, NcclError, find_libnccl
 
     try:
         path = find_libnccl()
@@ -684,7 +684,7 @@ def test_ctypes_nccl_binding_loads_when_libnccl_is_installed():
 
 def test_p2p_peers_of_a_compiled_nccl_plan():
     import cgc
-    from cgc.runtime.gpu.warmup import has_collectives, p2p_peers
+    from cgc.runtime.comm.warmup import has_collectives, p2p_peers
 
     plan = cgc.compile_file(ROOT / "examples" / "pipeline_nccl.py").proto
     low = plan.lowered
@@ -697,7 +697,7 @@ def test_p2p_peers_of_a_compiled_nccl_plan():
 
 
 def test_factory_opens_each_transport(prefix):
-    from cgc.runtime.gpu.factory import open_device_communicator
+    from cgc.runtime.comm.factory import open_device_communicator
 
     comms = [open_device_communicator("host_staging", rank=r, world_size=2, prefix=prefix,
                                       streams=NullStreams(), timeout=30) for r in (0, 1)]
@@ -749,7 +749,7 @@ class _FakeNccl:
 
 
 def _ctypes_with(fake):
-    from cgc.runtime.gpu.nccl_lib import CtypesNccl
+    from cgc.runtime.comm.nccl_lib import CtypesNccl
 
     lib = CtypesNccl.__new__(CtypesNccl)
     lib._lib, lib.blocking, lib._tls, lib._last = fake, False, threading.local(), None
@@ -769,7 +769,7 @@ def test_ctypes_nonblocking_init_deadline_aborts():
 def test_ctypes_async_error_and_grouped_ops():
     import time
 
-    from cgc.runtime.gpu.nccl_lib import NcclError
+    from cgc.runtime.comm.nccl_lib import NcclError
 
     fake = _FakeNccl([7, 7, 0])
     lib = _ctypes_with(fake)
@@ -811,7 +811,7 @@ def test_ctypes_abort_from_another_thread_ends_a_poll():
 def test_blocking_init_gives_up_at_its_deadline_and_reports_errors():
     import time
 
-    from cgc.runtime.gpu.nccl_lib import _blocking_init
+    from cgc.runtime.comm.nccl_lib import _blocking_init
 
     never = threading.Event()
     with pytest.raises(SetupError, match="cannot be aborted safely"):

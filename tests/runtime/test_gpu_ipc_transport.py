@@ -1,4 +1,4 @@
-"""CUDA IPC as a describing device transport (``cgc.runtime.gpu.ipc``), without a GPU.
+"""CUDA IPC as a describing device transport (``cgc.runtime.comm.cuda_ipc``), without a GPU.
 
 ``CudaIpcCommunicator`` is the one device protocol (``DeviceCommunicator``) over
 ``IpcTransport``; ``ShmIpcDevice`` stands in for the GPU (shared-memory buffers, synchronous
@@ -16,9 +16,9 @@ import torch
 from test_gpu_cpu_paths import run_ranks
 
 from cgc.runtime.channels import ChannelClosedError, ChannelError, ChannelTimeoutError
-from cgc.runtime.gpu.ipc import CudaIpcCommunicator, IpcTransport
-from cgc.runtime.gpu.ipc_devices import ShmIpcDevice
-from cgc.runtime.gpu.protocol import DeviceCommunicator, header_for
+from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator, IpcTransport
+from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
+from cgc.runtime.comm.device_protocol import DeviceCommunicator, header_for
 from cgc.runtime.gpu.streams import NullStreams
 from cgc.runtime.gpu.tensors import cpu_stand_in
 
@@ -192,7 +192,7 @@ def test_a_malformed_transport_message_is_a_clear_error(prefix):
 
 
 def test_an_uneven_reducescatter_is_a_clear_error_on_every_rank(prefix):
-    from cgc.runtime.channels.collective import CollectiveShapeError
+    from cgc.runtime.comm.collective import CollectiveShapeError
 
     c0, c1 = _pair(prefix)
 

@@ -17,7 +17,7 @@ import torch
 
 import cgc
 from cgc import InputNode, MultiOutputNode, ReduceOp, allgather, allreduce, reducescatter
-from cgc.runtime.gpu.binding import DEVICE_PROTOCOL_ON_CPU_ENV
+from cgc.runtime.comm.binding import DEVICE_PROTOCOL_ON_CPU_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -50,7 +50,7 @@ SPIN_US = 0.0  # --spin-us: the communicator's spin budget (the plan default is 
 
 
 def _comm(prefix: str, rank: int, spin_us: float) -> Any:
-    from cgc.runtime.channels.cpu_comm import CpuCommunicator
+    from cgc.runtime.comm.cpu import CpuCommunicator
 
     # What the executor opens for a "cpu"-bound group (``factory``), with ``spin_us``.
     return CpuCommunicator(prefix, rank, 2, attach_timeout=60.0, spin_us=spin_us)
@@ -267,7 +267,7 @@ def main() -> None:
     args = ap.parse_args()
     global SPIN_US
     SPIN_US = args.spin_us
-    import cgc.runtime.channels.cpu_comm as m
+    import cgc.runtime.comm.cpu as m
 
     print(f"timing {m.__file__}", file=sys.stderr)
     for mode in args.modes:

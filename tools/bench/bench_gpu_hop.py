@@ -48,8 +48,8 @@ class Hop:
         self.comm: Any = None
 
     def open(self, prefix: str, rank: int, slots: int, slot_bytes: int) -> None:
-        from cgc.runtime.gpu.ipc import CudaIpcCommunicator
-        from cgc.runtime.gpu.warmup import warm_up
+        from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
+        from cgc.runtime.comm.warmup import warm_up
 
         self.comm = CudaIpcCommunicator(rank, 2, prefix=prefix, streams=self.streams,
                                         slots=slots, slot_bytes=slot_bytes, timeout=120)
@@ -235,7 +235,7 @@ def main() -> None:
         if args.nccl_fake_hosts:
             import os
 
-            from cgc.runtime.gpu.binding import FAKE_HOSTS_ENV
+            from cgc.runtime.comm.binding import FAKE_HOSTS_ENV
 
             os.environ[FAKE_HOSTS_ENV] = "1"
             try:

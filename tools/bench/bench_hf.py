@@ -129,7 +129,7 @@ class Bench:
                                   self.max_seq, a.device)
         step = stage.forward
         if stage.device.type == "cuda":
-            from cgc.runtime.gpu.graphs import CapturedCall
+            from cgc.runtime.gpu.cuda_graphs import CapturedCall
 
             step = CapturedCall(stage.forward, "floor")
         return _timed(lambda k: tinygpt.generate(lambda m, t, p: step(t, m, p), lambda r: r,

@@ -13,7 +13,7 @@ program of examples/ray_*.py through ``cgc.ray_compat.install()``), ``ray_cgraph
 same Ray program on Ray Compiled Graph), ``floor`` (one process, no Ray); for decode also
 ``cgc_graph`` (each stage's step a CUDA graph: ``build_dag(cuda_graph=True)``) and
 ``floor_graph`` (the whole model's step captured and replayed in one process,
-``cgc.runtime.gpu.graphs.CapturedCall``). ``--stages 1`` gives the one-actor rows.
+``cgc.runtime.gpu.cuda_graphs.CapturedCall``). ``--stages 1`` gives the one-actor rows.
 
 Every (workload, system) runs in a child process with a deadline, on one Ray cluster the
 parent starts: a system that hangs or crashes is reported as such and the others go on.
@@ -147,7 +147,7 @@ class _Runner:
             stage = tinygpt.GPTStage(cfg, 0, cfg["n_layers"], s["microbatches"], s["batch"])
             step = stage.forward
             if self.system == "floor_graph" and stage.device.type == "cuda":
-                from cgc.runtime.gpu.graphs import CapturedCall
+                from cgc.runtime.gpu.cuda_graphs import CapturedCall
 
                 step = CapturedCall(stage.forward, "floor")
 

@@ -30,7 +30,7 @@ Variants (same call, interleaved per round):
   host by a message W sends as it launches the step, and W's graph delays its copy by
   ~1 ms); it must come out wrong: the check catches a missing device order. Lockstep only.
 - ``nccl-eager`` / ``nccl-graph``: ncclSend/ncclRecv through cgc's ctypes binding
-  (``cgc.runtime.gpu.nccl_lib``), the transfer eager or captured with the compute. With
+  (``cgc.runtime.comm.nccl_lib``), the transfer eager or captured with the compute. With
   ``--gpus 1`` (default) both ranks share GPU 0 in cgc's fake-hosts test mode
   (``binding.fake_host_env``: sockets; slow, says nothing of NVLink); ``--gpus 2`` puts
   rank r on GPU r with NCCL's own transport (NVLink/P2P) - the run that decides whether
@@ -442,7 +442,7 @@ class Side:
     def _nccl_op(self, w: Work) -> Any:
         if self.dev.kind != "cuda":
             raise RuntimeError("NCCL variants need --device cuda")
-        from cgc.runtime.gpu.nccl_lib import UINT8, nccl_lib
+        from cgc.runtime.comm.nccl_lib import UINT8, nccl_lib
 
         if self.nccl is None:
             lib = nccl_lib("ctypes")
@@ -523,7 +523,7 @@ class Side:
 def _worker(rank: int, ctl: Any, peer: Any, opts: dict[str, Any]) -> None:
     """A W or R process: set the NCCL environment first, then serve the driver's jobs."""
     if opts["nccl"] and opts["gpus"] == 1:  # two ranks on one GPU: NCCL's test mode
-        from cgc.runtime.gpu.binding import fake_host_env
+        from cgc.runtime.comm.binding import fake_host_env
 
         os.environ.update(fake_host_env(f"capxfer-{rank}"))
     os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -542,7 +542,7 @@ def _worker(rank: int, ctl: Any, peer: Any, opts: dict[str, Any]) -> None:
             break
         try:
             if msg[0] == "nccl-version":
-                from cgc.runtime.gpu.nccl_lib import nccl_lib
+                from cgc.runtime.comm.nccl_lib import nccl_lib
 
                 ctl.send(("ok", nccl_lib("ctypes").version()))
                 continue

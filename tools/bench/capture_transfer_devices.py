@@ -104,7 +104,7 @@ class CudaDevice:
     """One process's view of one GPU (``gpu``, default 0): its stream, exportable buffers,
     events, flags, graphs.
 
-    The IPC calls are cgc's own (``cgc.runtime.gpu.ipc_devices.CudaIpcDevice``), queued on
+    The IPC calls are cgc's own (``cgc.runtime.comm.cuda_ipc_devices.CudaIpcDevice``), queued on
     the current stream (inside a capture that is the capture's stream)."""
 
     kind = "cuda"
@@ -113,7 +113,7 @@ class CudaDevice:
         import torch
         from cupy.cuda import runtime
 
-        from cgc.runtime.gpu.ipc_devices import CudaIpcDevice
+        from cgc.runtime.comm.cuda_ipc_devices import CudaIpcDevice
 
         self.torch, self.rt, self.gpu = torch, runtime, gpu
         torch.cuda.set_device(gpu)
@@ -203,7 +203,7 @@ class CpuDevice:
     kind = "cpu"
 
     def __init__(self, prefix: str, rank: int) -> None:
-        from cgc.runtime.gpu.ipc_devices import ShmIpcDevice
+        from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
 
         self.ipc = ShmIpcDevice(prefix, rank)
         self.alloc, self.open = self.ipc.alloc, self.ipc.open

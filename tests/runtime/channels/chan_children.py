@@ -129,7 +129,7 @@ def comm_rank(q, prefix, rank, world, script):
     import numpy as np
     import torch
 
-    from cgc.runtime.channels import CpuCommunicator
+    from cgc.runtime.comm import CpuCommunicator
 
     def run():
         c = CpuCommunicator(prefix, rank, world, attach_timeout=30)
@@ -259,7 +259,7 @@ def rings_then_sleep(q, prefix):
 
 def comm_rank_then_sleep(q, prefix, rank, world):
     """Join a CPU communicator, then wait to be killed without sending anything."""
-    from cgc.runtime.channels import CpuCommunicator
+    from cgc.runtime.comm import CpuCommunicator
 
     CpuCommunicator(prefix, rank, world, attach_timeout=30)
     q.put(("ready",))

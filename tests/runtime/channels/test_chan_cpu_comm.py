@@ -17,10 +17,10 @@ import torch
 from cgc.runtime.channels import (
     ChannelClosedError,
     ChannelTimeoutError,
-    CpuCommunicator,
     ShmRingReader,
     ShmRingWriter,
 )
+from cgc.runtime.comm import CpuCommunicator
 
 
 def _in_thread(fn):

@@ -11,14 +11,14 @@ import threading
 import pytest
 
 from cgc.runtime.channels import ChannelClosedError, ShmRingReader, ShmRingWriter
-from cgc.runtime.channels.comm import Communicator, ExchangingCommunicator
-from cgc.runtime.channels.cpu_comm import CpuCommunicator
 from cgc.runtime.channels.ends import ChannelReader, ChannelWriter
 from cgc.runtime.channels.tcp import TcpReader, TcpWriter
+from cgc.runtime.comm.cpu import CpuCommunicator
+from cgc.runtime.comm.interface import Communicator, ExchangingCommunicator
 
 KEY = os.urandom(32)
-_COMM_MODULES = ["cgc.runtime.channels.cpu_comm", "cgc.runtime.gpu.ipc",
-                 "cgc.runtime.gpu.staging", "cgc.runtime.gpu.nccl", "cgc.runtime.gpu.torchdist"]
+_COMM_MODULES = ["cgc.runtime.comm.cpu", "cgc.runtime.comm.cuda_ipc",
+                 "cgc.runtime.comm.host_staging", "cgc.runtime.comm.nccl", "cgc.runtime.comm.torchdist"]
 _BASES = {Communicator, ExchangingCommunicator}
 
 

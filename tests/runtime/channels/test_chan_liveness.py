@@ -13,13 +13,13 @@ import pytest
 from cgc.runtime.channels import (
     ChannelClosedError,
     ChannelTimeoutError,
-    CpuCommunicator,
     PeerDiedError,
     ShmRingReader,
     ShmRingWriter,
     list_segments,
     sweep_dead_segments,
 )
+from cgc.runtime.comm import CpuCommunicator
 
 CTX = mp.get_context("spawn")
 

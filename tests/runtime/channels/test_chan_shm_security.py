@@ -9,7 +9,6 @@ import pytest
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.channels import (
-    CpuCommunicator,
     SegmentExistsError,
     ShmRingReader,
     ShmRingWriter,
@@ -18,6 +17,7 @@ from cgc.runtime.channels import (
     segment_dir,
 )
 from cgc.runtime.channels import shm as shm_mod
+from cgc.runtime.comm import CpuCommunicator
 from cgc.runtime.endpoints import (
     channel_name,
     communicator_prefix,

@@ -43,7 +43,7 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
             failure (see each class).
     """
     if transport == "nccl":
-        from .nccl import NcclCommunicator
+        from cgc.runtime.comm.nccl import NcclCommunicator
 
         if unique_id is None:
             raise SetupError(f"{name or prefix}: an NCCL communicator needs rank 0's unique id")
@@ -51,23 +51,23 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
                                 binding=binding, init_timeout=init_timeout, timeout=timeout,
                                 name=name)
     if transport == "cuda_ipc":
-        from .ipc import CudaIpcCommunicator
+        from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
 
         return CudaIpcCommunicator(rank, world_size, prefix=prefix, streams=streams,
                                    slots=slots, slot_bytes=slot_bytes, timeout=timeout,
                                    name=name)
     if transport == "cpu_protocol":  # test mode: the device protocol over CPU tensors
-        from .cpu_transport import cpu_device_communicator
+        from cgc.runtime.comm.cpu_transport import cpu_device_communicator
 
         return cpu_device_communicator(prefix, rank, world_size, timeout=timeout)
     if transport in ("host_staging", "cpu"):
-        from cgc.runtime.channels.cpu_comm import CpuCommunicator
+        from cgc.runtime.comm.cpu import CpuCommunicator
 
         inner = CpuCommunicator(prefix, rank, world_size, attach_timeout=init_timeout,
                                 spin_us=spin_us)
         if transport == "cpu":
             return inner
-        from .staging import HostStagingCommunicator
+        from cgc.runtime.comm.host_staging import HostStagingCommunicator
 
         return HostStagingCommunicator(inner, streams, timeout=timeout)
     raise SetupError(f"unknown communicator transport {transport!r} "

@@ -43,7 +43,7 @@ writer while it waits for the protocol's next message anyway, off its next send'
 Collectives gather every rank's input over the same slots and reduce on the comm stream
 (``GatheringTransport``): on one GPU the N-fold copies run at device-memory bandwidth.
 
-The device calls go through an ``IpcDevice`` (``cgc.runtime.gpu.ipc_devices``):
+The device calls go through an ``IpcDevice`` (``cgc.runtime.comm.cuda_ipc_devices``):
 ``CudaIpcDevice`` (cupy.cuda.runtime) on GPUs, ``ShmIpcDevice`` (shared-memory segments,
 synchronous copies) in CPU tests.
 
@@ -63,13 +63,12 @@ from typing import Any, ClassVar
 import torch
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
-
-from .ipc_devices import CudaIpcDevice, IpcDevice, ShmIpcDevice
-from .protocol import DeviceCommunicator
-from .sidechannel import SharedSide, SideChannels, SideFactory, open_side
-from .streams import actor_streams
-from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
-from .transport import GatheringTransport
+from cgc.runtime.comm.cuda_ipc_devices import CudaIpcDevice, IpcDevice, ShmIpcDevice
+from cgc.runtime.comm.device_protocol import DeviceCommunicator
+from cgc.runtime.comm.sidechannel import SharedSide, SideChannels, SideFactory, open_side
+from cgc.runtime.comm.transport import GatheringTransport
+from cgc.runtime.gpu.streams import actor_streams
+from cgc.runtime.gpu.tensors import TensorMeta, is_cuda_tensor, torch_dtype
 
 __all__ = ["IpcTransport", "CudaIpcCommunicator"]
 

@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.channels.comm import Communicator
+from cgc.runtime.comm.interface import Communicator
 
 __all__ = ["p2p_peers", "has_collectives", "warm_up"]
 

@@ -28,16 +28,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cgc.runtime.channels.collective import ReduceOp
 from cgc.runtime.channels.errors import ChannelTimeoutError
+from cgc.runtime.comm.collective import ReduceOp
+from cgc.runtime.comm.device_protocol import DeviceCommunicator
+from cgc.runtime.comm.nccl_lib import DTYPES, OPS, UINT8, NcclHandle, NcclLib, nccl_lib
+from cgc.runtime.comm.sidechannel import SideChannels, SideFactory, exchange, open_side
+from cgc.runtime.comm.transport import DeviceTransport
 from cgc.runtime.errors import SetupError
-
-from .nccl_lib import DTYPES, OPS, UINT8, NcclHandle, NcclLib, nccl_lib
-from .protocol import DeviceCommunicator
-from .sidechannel import SideChannels, SideFactory, exchange, open_side
-from .streams import actor_streams
-from .tensors import TensorMeta, is_cuda_tensor, torch_dtype
-from .transport import DeviceTransport
+from cgc.runtime.gpu.streams import actor_streams
+from cgc.runtime.gpu.tensors import TensorMeta, is_cuda_tensor, torch_dtype
 
 __all__ = ["NcclTransport", "NcclCommunicator", "make_unique_id", "nccl_dtype"]
 

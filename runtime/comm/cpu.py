@@ -17,7 +17,7 @@ name they did not create - see ``shm``):
 
 Example (two ranks in two threads):
     >>> import threading, numpy as np
-    >>> from cgc.runtime.channels.cpu_comm import CpuCommunicator
+    >>> from cgc.runtime.comm.cpu import CpuCommunicator
     >>> out = {}
     >>> def run(r):
     ...     c = CpuCommunicator("cgc-doc-comm-", r, 2)
@@ -34,10 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .comm import ExchangingCommunicator, first_error
-from .errors import ChannelError, ErrorValue
-from .ring_reader import ShmRingReader
-from .ring_writer import ShmRingWriter
+from cgc.runtime.channels.errors import ChannelError, ErrorValue
+from cgc.runtime.channels.ring_reader import ShmRingReader
+from cgc.runtime.channels.ring_writer import ShmRingWriter
+from cgc.runtime.comm.interface import ExchangingCommunicator, first_error
 
 __all__ = ["CpuCommunicator"]
 

@@ -28,14 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cgc.runtime.channels.collective import ReduceOp, scatter_part
-
-from .nccl import nccl_dtype
-from .protocol import DeviceCommunicator
-from .sidechannel import SideChannels, SideFactory, open_side
-from .streams import NullStreams, actor_streams
-from .tensors import TensorMeta, cpu_stand_in, is_cuda_tensor, torch_dtype
-from .transport import DeviceTransport
+from cgc.runtime.comm.collective import ReduceOp, scatter_part
+from cgc.runtime.comm.device_protocol import DeviceCommunicator
+from cgc.runtime.comm.nccl import nccl_dtype
+from cgc.runtime.comm.sidechannel import SideChannels, SideFactory, open_side
+from cgc.runtime.comm.transport import DeviceTransport
+from cgc.runtime.gpu.streams import NullStreams, actor_streams
+from cgc.runtime.gpu.tensors import TensorMeta, cpu_stand_in, is_cuda_tensor, torch_dtype
 
 __all__ = ["TorchDistTransport", "TorchDistCommunicator"]
 

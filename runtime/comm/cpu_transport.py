@@ -19,16 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cgc.runtime.channels.collective import ReduceOp
 from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.channels.ring_reader import ShmRingReader
 from cgc.runtime.channels.ring_writer import ShmRingWriter
-
-from .protocol import DeviceCommunicator
-from .sidechannel import ShmSideChannels, attach_ring
-from .streams import NullStreams
-from .tensors import TensorMeta, cpu_stand_in, torch_dtype
-from .transport import GatheringTransport
+from cgc.runtime.comm.collective import ReduceOp
+from cgc.runtime.comm.device_protocol import DeviceCommunicator
+from cgc.runtime.comm.sidechannel import ShmSideChannels, attach_ring
+from cgc.runtime.comm.transport import GatheringTransport
+from cgc.runtime.gpu.streams import NullStreams
+from cgc.runtime.gpu.tensors import TensorMeta, cpu_stand_in, torch_dtype
 
 __all__ = ["ShmCpuTransport", "cpu_device_communicator"]
 

@@ -7,7 +7,7 @@ happen in the plan's ``Op.seq`` order, identical on all members. A GPU implement
 (cupy/torch NCCL) subclasses this and may use ``shape``/``dtype`` hints on ``recv``.
 
 What each collective computes from the members' contributions is defined once, in
-``cgc.runtime.channels.collective`` (``combine``); every implementation follows it.
+``cgc.runtime.comm.collective`` (``combine``); every implementation follows it.
 
 Example::
 
@@ -22,8 +22,8 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cgc.runtime.channels.collective import ReduceOp, combine
 from cgc.runtime.channels.errors import ErrorValue
+from cgc.runtime.comm.collective import ReduceOp, combine
 
 __all__ = ["Communicator", "ExchangingCommunicator", "first_error"]
 
@@ -109,8 +109,8 @@ class Communicator(abc.ABC):
 
 class ExchangingCommunicator(Communicator):
     """A communicator whose collectives give every member every contribution and combine
-    them there with the one rule (``cgc.runtime.channels.collective.combine``): the CPU
-    communicator and host staging (CUDA IPC is a device transport: ``gpu.ipc``).
+    them there with the one rule (``cgc.runtime.comm.collective.combine``): the CPU
+    communicator and host staging (CUDA IPC is a device transport: ``cuda_ipc``).
 
     Errors are values: when any member contributed an ``ErrorValue``, the first in rank
     order is every member's result. Subclasses only move the values (``_exchanged``).

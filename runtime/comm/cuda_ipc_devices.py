@@ -1,4 +1,4 @@
-"""The device calls of the CUDA IPC communicator (``cgc.runtime.gpu.ipc``), behind one interface.
+"""The device calls of the CUDA IPC communicator (``cuda_ipc``), behind one interface.
 
 ``IpcDevice`` is what the protocol needs: exportable buffers and interprocess events named by
 handles that another process opens, device copies and stream waits. ``CudaIpcDevice`` runs
@@ -23,8 +23,7 @@ from typing import Any
 
 from cgc.runtime.channels.errors import ChannelError
 from cgc.runtime.channels.shm import Segment
-
-from .streams import SYNC_COUNTER
+from cgc.runtime.gpu.streams import SYNC_COUNTER
 
 __all__ = ["IpcDevice", "CudaIpcDevice", "ShmIpcDevice"]
 

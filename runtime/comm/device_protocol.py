@@ -1,6 +1,6 @@
 """The value protocol of NCCL-shaped communicators, over a pluggable device transport.
 
-``DeviceCommunicator`` implements ``cgc.runtime.channels.comm.Communicator`` for values that
+``DeviceCommunicator`` implements ``cgc.runtime.comm.interface.Communicator`` for values that
 hold device tensors. It owns the *protocol*; a ``DeviceTransport`` owns the *bytes*:
 
 - ``send(value, peer)``: header (status, tensor metas, skeleton; see ``tensors``) to the
@@ -16,7 +16,7 @@ hold device tensors. It owns the *protocol*; a ``DeviceTransport`` owns the *byt
   follows, on a static edge the sender sends a dummy of the declared shape so the
   receive already posted completes.
 - collectives (allreduce sum/product/max/min/avg, allgather, reducescatter; what each
-  computes is ``cgc.runtime.channels.collective``'s rule, on device and host alike):
+  computes is ``cgc.runtime.comm.collective``'s rule, on device and host alike):
   every member first sends a status word to every other over the side-channels (device
   tensor shape/dtype, an error, or a host value). Any error becomes every member's result
   (the first in rank order) without a device op; differing shapes raise ``ValueError`` on
@@ -43,13 +43,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cgc.runtime.channels.collective import ReduceOp, combine, scatter_rows
-from cgc.runtime.channels.comm import Communicator
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError, ErrorValue
-
-from .sidechannel import SideChannels, exchange
-from .streams import NullStreams, wait_event
-from .tensors import (
+from cgc.runtime.comm.collective import ReduceOp, combine, scatter_rows
+from cgc.runtime.comm.interface import Communicator
+from cgc.runtime.comm.sidechannel import SideChannels, exchange
+from cgc.runtime.comm.transport import DeviceTransport
+from cgc.runtime.gpu.streams import NullStreams, wait_event
+from cgc.runtime.gpu.tensors import (
     STATUS_ERROR,
     Header,
     TensorMeta,
@@ -61,7 +61,6 @@ from .tensors import (
     tensor_meta,
     torch_dtype,
 )
-from .transport import DeviceTransport
 
 __all__ = ["DeviceCommunicator", "collective_plan", "comm_ready", "header_for"]
 

@@ -19,7 +19,7 @@ Example:
     >>> combine("reducescatter", [np.arange(3.0)] * 2, ReduceOp.SUM, rank=0, world=2)
     Traceback (most recent call last):
     ...
-    cgc.runtime.channels.collective.CollectiveShapeError: reducescatter: dim 0 (3) is not divisible by the world size 2
+    cgc.runtime.comm.collective.CollectiveShapeError: reducescatter: dim 0 (3) is not divisible by the world size 2
 """
 
 from __future__ import annotations

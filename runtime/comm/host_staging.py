@@ -30,11 +30,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cgc.runtime.channels.comm import Communicator, ExchangingCommunicator
 from cgc.runtime.channels.errors import ErrorValue
-
-from .streams import actor_streams, wait_event
-from .tensors import cpu_stand_in, is_cuda_tensor, rebuild_value, split_value
+from cgc.runtime.comm.interface import Communicator, ExchangingCommunicator
+from cgc.runtime.gpu.streams import actor_streams, wait_event
+from cgc.runtime.gpu.tensors import cpu_stand_in, is_cuda_tensor, rebuild_value, split_value
 
 __all__ = ["StagedValue", "HostStagingCommunicator"]
 

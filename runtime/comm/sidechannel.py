@@ -15,7 +15,7 @@ communicator of this package takes: ``side_factory(rank, world_size) -> SideChan
 
 Example (two ranks in two threads):
     >>> import threading, uuid
-    >>> from cgc.runtime.gpu.sidechannel import ShmSideChannels
+    >>> from cgc.runtime.comm.sidechannel import ShmSideChannels
     >>> pre = f"cgc-doc-side-{uuid.uuid4().hex[:6]}-"
     >>> sides = [ShmSideChannels(pre, r, 2) for r in (0, 1)]
     >>> sides[0].send(1, ("hello", 0)); sides[1].recv(0, timeout=5)

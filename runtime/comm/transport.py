@@ -15,7 +15,7 @@ is written once above it. Transports differ in one way the protocol must know ab
 
 ``GatheringTransport`` implements the three collectives for transports that can only move
 bytes between pairs: every rank's input to every rank (``_gather``), then the one host
-rule of ``cgc.runtime.channels.collective`` on the result.
+rule of ``cgc.runtime.comm.collective`` on the result.
 
 Example (a posting transport, rank 0 of 2)::
 
@@ -29,9 +29,8 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from cgc.runtime.channels.collective import ReduceOp, reduce_values, scatter_part
-
-from .tensors import TensorMeta
+from cgc.runtime.comm.collective import ReduceOp, reduce_values, scatter_part
+from cgc.runtime.gpu.tensors import TensorMeta
 
 __all__ = ["DeviceTransport", "GatheringTransport"]
 
