@@ -234,7 +234,7 @@ class RunConfig:
         torch_profile: a directory for one torch profiler trace per actor ("" = off).
         nvtx: NVTX ranges around every op, for Nsight Systems.
         wake_ahead: how many hops ahead of the data waiting actors are woken
-            (``cgc.runtime.wake``); -1 = auto (half the cores, off below 4), 0 = off.
+            (``cgc.runtime.driver.wake``); -1 = auto (half the cores, off below 4), 0 = off.
         max_frame_bytes: the largest value (pickle plus buffers) a TCP channel carries;
             a larger frame is refused before anything is allocated or sent (the
             execution gets the error as its value). At least 64 KiB.
@@ -244,7 +244,7 @@ class RunConfig:
         cuda_graphs: replay the plan's captured calls (``Program.captured_ops``) as CUDA
             graphs where the actors have CUDA (False: every call eager).
         ray_events: every actor keeps Ray Compiled Graph's per-task profiling records in
-            its ``__ray_cgraph_events`` attribute (``cgc.runtime.ray_events``; the drop-in
+            its ``__ray_cgraph_events`` attribute (``cgc.runtime.actor.ray_events``; the drop-in
             turns it on under ``RAY_CGRAPH_ENABLE_PROFILING``).
     """
 

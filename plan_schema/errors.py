@@ -18,6 +18,7 @@ __all__ = [
     "UntrustedPlanError",
     "PlanFileMissingError",
     "ConfigError",
+    "CgcTimeoutError",
     "CompileError",
     "RayVersionError",
 ]
@@ -60,6 +61,13 @@ class ConfigError(CgcError):
     """A run setting is unknown or out of range (``start()`` arguments, ``cgc run`` options)."""
 
     exit_code = EXIT_USAGE
+
+
+class CgcTimeoutError(CgcError, TimeoutError):
+    """Base of every cgc timeout (also a builtin ``TimeoutError``): a result not read in time
+    (``GetTimeoutError``), a submission that found no room (``SubmitTimeoutError``) and a
+    channel or communicator read or write (``ChannelTimeoutError``) are all caught by
+    ``except CgcTimeoutError`` (or ``except TimeoutError``)."""
 
 
 # The compiler's error lives here, beside the others, because ``RayVersionError`` is one:

@@ -10,7 +10,7 @@ needs.
 
 Trust: registering a module is approving its source to run in this process. The driver
 registers a plan's modules only after ``Plan.start()``'s trust gate
-(``cgc.runtime.trust_gate.require_trusted``) passed; actors register only what the driver
+(``cgc.runtime.driver.trust_gate.require_trusted``) passed; actors register only what the driver
 sends them through Ray's own calls, after that gate. Nothing else in cgc registers, and
 ``cgc inspect``/``check``/``viz``/``load`` never do.
 """

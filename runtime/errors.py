@@ -23,7 +23,7 @@ import importlib
 import threading
 from typing import Any
 
-from cgc.plan_schema.errors import EXIT_USAGE, CgcError
+from cgc.plan_schema.errors import EXIT_USAGE, CgcError, CgcTimeoutError
 
 __all__ = [
     "CgcError",
@@ -93,10 +93,6 @@ class GraphTornDownError(CgcError):
     """The graph was torn down before this result was read, or after ``teardown()``."""
 
 
-class CgcTimeoutError(CgcError, TimeoutError):
-    """Base of cgc's timeouts (also a builtin ``TimeoutError``)."""
-
-
 class GetTimeoutError(CgcTimeoutError):
     """``Ref.get`` timed out; the message says where each actor is blocked when known.
 
@@ -162,7 +158,7 @@ class SetupError(CgcError):
 class ShmSpaceError(SetupError):
     """The plan's shared-memory rings do not fit in the free space of a node's /dev/shm
     (checked at ``start()`` before any ring or, on one node, any actor is made; see
-    ``cgc.runtime.shm_space``). The message names the largest rings and the figures;
+    ``cgc.runtime.driver.shm_space``). The message names the largest rings and the figures;
     ``need`` (bytes the rings commit), ``free`` (bytes free there) and ``channels`` (the
     largest rings' channel ids) hold them."""
 

@@ -111,6 +111,22 @@ def test_runtime_source_imports_nothing_of_the_compiler():
     assert not bad, "the runtime imports the compiler:\n" + "\n".join(bad)
 
 
+def test_only_the_driver_imports_the_driver():
+    # The layout is the process boundary: runtime/driver/ runs in the user's process, and
+    # what runs in an actor (actor/, comm/, gpu/, channels/, the shared top-level modules)
+    # never imports it. Only the package's public face (runtime/__init__.py) re-exports
+    # Plan, load, Ref and CompiledGraph from it.
+    bad = []
+    for path in sorted((ROOT / "runtime").rglob("*.py")):
+        rel = path.relative_to(ROOT / "runtime")
+        if rel.parts[0] == "driver" or rel == Path("__init__.py"):
+            continue
+        for line, mod in _imports_in(path):
+            if mod == "cgc.runtime.driver" or mod.startswith("cgc.runtime.driver."):
+                bad.append(f"runtime/{rel}:{line}: {mod}")
+    assert not bad, "code that runs in actors imports the driver's modules:\n" + "\n".join(bad)
+
+
 def test_the_import_scan_sees_a_lazy_import_of_the_compiler(tmp_path: Path):
     # The scan above must be able to fail: a lazy import inside a function is found.
     probe = tmp_path / "probe.py"

@@ -39,7 +39,7 @@ def _installed_tree(dest: Path) -> Path:
 
 
 def _checkout_paths(output: str, tree: Path) -> str:
-    """mypy's ``cgc/runtime/ping_and_args.py:68: ...`` -> ``runtime/ping_and_args.py:68: ...``."""
+    """mypy's ``cgc/runtime/messages.py:68: ...`` -> ``runtime/messages.py:68: ...``."""
     lines = []
     for line in output.splitlines():
         path, sep, rest = line.partition(":")

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     import signal
 
-    from cgc.runtime.interrupts import interrupts_seen, watch_interrupts
+    from cgc.runtime.driver.interrupts import interrupts_seen, watch_interrupts
 
     # Called from Python (tests, notebooks: argv given), main() must leave the caller's Ray
     # and SIGINT handler as it found them; as the `cgc` program it owns the process.
@@ -106,7 +106,7 @@ def _leave_ray(shutdown: bool) -> None:
     Why here: otherwise Ray's own shutdown runs at interpreter exit, where a Ctrl-C makes its
     C++ core worker abort the process (SIGABRT or SIGSEGV instead of exit code 130).
     """
-    from cgc.runtime.interrupts import ignore_interrupts
+    from cgc.runtime.driver.interrupts import ignore_interrupts
 
     ignore_interrupts()
     ray = sys.modules.get("ray")

@@ -145,7 +145,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
 
     from cgc.cli.ray_output import quiet_ray_output
     from cgc.runtime import load
-    from cgc.runtime.interrupts import interrupts_seen
+    from cgc.runtime.driver.interrupts import interrupts_seen
 
     quiet_ray_output(address, verbose)
     plan = load(plan_path, trust=trust)  # refuses (exit 4, with the summary) when untrusted

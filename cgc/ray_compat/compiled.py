@@ -297,7 +297,7 @@ class CompiledDAG:
         if kill_actors:
             import ray
 
-            from cgc.runtime.session import ray_calls
+            from cgc.runtime.driver.session import ray_calls
 
             with ray_calls(self.graph.ray_session) as ok:
                 for handle in self.plan.live_handles.values() if ok else ():

@@ -68,7 +68,7 @@ def _capacity_text(exc: rt.CapacityExceededError) -> str | None:
             "=...)`")
 
 
-def _timeout_text(exc: rt.CgcTimeoutError, words: RayWords) -> str:
+def _timeout_text(exc: rt.GetTimeoutError | rt.SubmitTimeoutError, words: RayWords) -> str:
     if isinstance(exc, rt.SubmitTimeoutError):
         return ("If the execution is expected to take a long time, increase "
                 f"RAY_CGRAPH_submit_timeout which is currently {words.submit_timeout} "
@@ -116,7 +116,7 @@ def to_ray_error(exc: BaseException, words: RayWords | None = None) -> BaseExcep
     words = words or RayWords()
     if isinstance(exc, rt.RemoteError):
         return _task_error(exc)
-    if isinstance(exc, rt.CgcTimeoutError):
+    if isinstance(exc, (rt.GetTimeoutError, rt.SubmitTimeoutError)):
         return rx.RayChannelTimeoutError(_timeout_text(exc, words))
     if isinstance(exc, rt.CapacityExceededError):
         return rx.RayCgraphCapacityExceeded(_capacity_text(exc) or str(exc))

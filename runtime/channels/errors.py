@@ -16,7 +16,7 @@ import pickle
 import traceback
 from typing import Any
 
-from cgc.plan_schema.errors import CgcError
+from cgc.plan_schema.errors import CgcError, CgcTimeoutError
 
 __all__ = ["ChannelError", "ChannelClosedError", "ChannelTimeoutError", "PeerDiedError",
            "ChannelSequenceError", "FrameTooLargeError", "ChannelAuthError", "ShmSecurityError",
@@ -32,8 +32,9 @@ class ChannelClosedError(ChannelError):
     """The channel was closed or poisoned (teardown, or a peer died)."""
 
 
-class ChannelTimeoutError(ChannelError, TimeoutError):
-    """A read or write did not complete within its timeout."""
+class ChannelTimeoutError(ChannelError, CgcTimeoutError):
+    """A read or write did not complete within its timeout (one of cgc's timeouts: see
+    ``CgcTimeoutError``)."""
 
 
 class PeerDiedError(ChannelClosedError):

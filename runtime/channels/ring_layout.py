@@ -117,7 +117,7 @@ def _layout(slots: int, num_readers: int, slot_bytes: int) -> tuple[int, int, in
 def ring_segment_size(slots: int, num_readers: int, slot_bytes: int) -> int:
     """Data bytes of a ring's segment (the header, reader cursors and ``slots`` slots of
     ``slot_bytes``): what ``RingWriter.create`` asks ``Segment.create`` for, and what the
-    start check of /dev/shm space counts (``cgc.runtime.shm_space``).
+    start check of /dev/shm space counts (``cgc.runtime.driver.shm_space``).
 
     Example:
         >>> ring_segment_size(slots=4, num_readers=2, slot_bytes=4096)

@@ -96,7 +96,7 @@ def segment_dir() -> str:
 def shm_free_bytes() -> int:
     """Bytes this user may still allocate on the filesystem that holds ``segment_dir()``
     (``statvfs``: ``f_bavail * f_frsize``). The one place the runtime reads it: the start
-    check of the plan's rings (``cgc.runtime.shm_space``) - and the seam tests patch.
+    check of the plan's rings (``cgc.runtime.driver.shm_space``) - and the seam tests patch.
 
     Why the parent folder is asked: the segment folder may not exist yet, and a name in
     /dev/shm is never followed before it is checked (it lives on the same filesystem).

@@ -45,7 +45,7 @@ from __future__ import annotations
 # One registry, one import name; its parts are split by what they hold: the table
 # (``table``), checking Ray against it (``check``), actors and the runtime's hooks
 # (``actors``), Ray's DAG nodes (``dag``).
-from cgc.runtime.ray_internals.actors import (
+from cgc.runtime.ray_internals.actor_access import (
     MethodCall,
     RefFields,
     call_in_actor,

@@ -177,10 +177,10 @@ PRIVATE_API: tuple[RayInternal, ...] = (
     _E("ray._raylet", "PythonFunctionDescriptor.class_name", _R, "its class", "handle_class"),
     # --- the runtime
     _E(_CDN, "_compiled_dags", _I, "ray.shutdown() tears down each entry first: cgc's "
-       "session hook (runtime/session.py) is one, for every cgc graph",
+       "session hook (runtime/driver/session.py) is one, for every cgc graph",
        "compiled_dag_registry"),
     _E(_CDN, "_ExecutableTaskRecord", _I, "Ray's per-task profiling record, which a "
-       "RAY_CGRAPH_ENABLE_PROFILING user reads off the actor (runtime/ray_events.py)",
+       "RAY_CGRAPH_ENABLE_PROFILING user reads off the actor (runtime/actor/ray_events.py)",
        "executable_task_record"),
     # --- the Ray drop-in's ref types (subclasses of Ray's; Ray's __init__ is skipped)
     _E(_REF, "CompiledDAGRef._dag", _W, "Ray's fields, under Ray's names, so the "

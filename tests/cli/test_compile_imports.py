@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "ray.util.collective", "ray.experimental.collective", "cgc.runtime.driver")
+HEAVY = ("torch", "ray.util.collective", "ray.experimental.collective", "cgc.runtime.driver.graph")
 
 # Runs the CLI's entry point in this process, then reports which heavy modules it loaded.
 _PROBE = textwrap.dedent(
@@ -73,4 +73,4 @@ def test_a_ray_model_with_a_collective_still_compiles_and_loads_them(tmp_path):
     model.write_text(_COLLECTIVE_MODEL)
     loaded = _compile_and_list_heavy(model, tmp_path / "c.cgplan")
     assert "ray.util.collective" in loaded and "ray.experimental.collective" in loaded
-    assert "cgc.runtime.driver" not in loaded
+    assert "cgc.runtime.driver.graph" not in loaded

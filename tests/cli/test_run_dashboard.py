@@ -64,7 +64,7 @@ def test_ensure_ray_passes_include_dashboard(monkeypatch):
     import ray
 
     from cgc.plan_schema import plan_pb2 as pb
-    from cgc.runtime import cluster
+    from cgc.runtime.driver import cluster
 
     got: list[dict] = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)

@@ -21,7 +21,7 @@ import ray
 import cgc
 from cgc import InputNode
 from cgc.runtime.channels import list_segments
-from cgc.runtime.driver import live_graphs
+from cgc.runtime.driver.graph import live_graphs
 
 
 @cgc.actor(num_cpus=0)

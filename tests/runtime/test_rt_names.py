@@ -22,7 +22,8 @@ import rt_graphs as G
 import cgc
 from cgc import InputNode
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.actors import ActorHost, host_class, ray_actor_name
+from cgc.runtime.actor.host import ActorHost, host_class
+from cgc.runtime.driver.plan_actors import ray_actor_name
 
 ROOT = Path(__file__).resolve().parents[2]
 _DASHBOARD_DEPS = ("aiohttp", "aiohttp_cors", "opencensus", "prometheus_client", "colorful")

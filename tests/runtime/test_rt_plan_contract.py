@@ -134,7 +134,7 @@ def _actor_state(graph, probe: str):
     fn = {"bell_depths": bell_depths, "ring_slots": ring_slots}[probe]
 
     def run(self, gid):
-        from cgc.runtime.loops import LOOPS, LOOPS_LOCK
+        from cgc.runtime.actor.loops import LOOPS, LOOPS_LOCK
 
         with LOOPS_LOCK:
             loop = LOOPS[gid]

@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 
 from cgc.plan_schema.defaults import RunConfig
-from cgc.runtime.plan import Plan
+from cgc.runtime.driver.plan import Plan
 
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
@@ -20,8 +20,8 @@ def test_plan_start_takes_exactly_the_run_config_fields():
 
 
 def test_plan_start_passes_every_option_on(monkeypatch):
-    import cgc.runtime.start as start
-    import cgc.runtime.trust_gate as gate
+    import cgc.runtime.driver.start as start
+    import cgc.runtime.driver.trust_gate as gate
 
     seen = {}
 

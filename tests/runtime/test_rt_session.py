@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from cgc.runtime import ray_internals, session
+from cgc.runtime import ray_internals
+from cgc.runtime.driver import session
 
 
 @pytest.fixture

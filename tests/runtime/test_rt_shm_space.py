@@ -20,7 +20,7 @@ from cgc.plan_schema.defaults import LIMITS, RunConfig
 from cgc.plan_schema.verify.bounds import Rings
 from cgc.runtime import SetupError, ShmSpaceError
 from cgc.runtime.channels import ShmRingWriter, list_segments, shm
-from cgc.runtime.shm_space import margin_bytes, ring_segment_bytes
+from cgc.runtime.driver.shm_space import margin_bytes, ring_segment_bytes
 
 MiB = 1 << 20
 
@@ -112,7 +112,7 @@ def test_rings_beyond_free_shm_on_a_cluster_fail_before_any_ring(ray_cluster, mo
                                                                  prefixes):
     """Where actors may land on other nodes, the check waits for the probe round: the
     actors exist then, but no ring; the failed start takes them down again."""
-    from cgc.runtime import start
+    from cgc.runtime.driver import start
 
     plan = _plan("t_shm_nodes")
     monkeypatch.setattr(start, "_one_node", lambda: False)

@@ -14,7 +14,7 @@ from idle_cpu import is_quiet, quiet_window
 from cgc.runtime.channels import ShmRingReader, ShmRingWriter, list_segments
 from cgc.runtime.channels.bell import Bells
 from cgc.runtime.channels.futex import HAVE_WAITV
-from cgc.runtime.wake import wake_window
+from cgc.runtime.driver.wake import wake_window
 
 needs_waitv = pytest.mark.skipif(not HAVE_WAITV, reason="futex_waitv needs Linux >= 5.16")
 

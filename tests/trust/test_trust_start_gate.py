@@ -24,8 +24,8 @@ from cgc.plan_schema.planfile import write_plan_bytes
 from cgc.plan_schema.trust import TrustDecision
 from cgc.plan_schema.trusted_modules import add_trusted_module, remove_trusted_module
 from cgc.runtime import Plan
-from cgc.runtime.actors import load_class
-from cgc.runtime.trust_gate import require_trusted
+from cgc.runtime.actor.host import load_class
+from cgc.runtime.driver.trust_gate import require_trusted
 
 ROOT = Path(__file__).resolve().parents[2]
 

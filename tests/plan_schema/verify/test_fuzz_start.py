@@ -198,11 +198,11 @@ MUTATIONS = (_some_value, _some_value, _some_option, _some_count)
 def _start_paths(data: bytes) -> None:
     """What ``cgc run`` and ``Plan.start()`` do before the first actor is created."""
     from cgc.cli.run_cmd import _inputs
-    from cgc.runtime.actors import ctor_arguments
-    from cgc.runtime.cluster import RayInfo, actor_demand, gpu_notice, local_ray_sizing
-    from cgc.runtime.driver import CompiledGraph
-    from cgc.runtime.driver_io import input_label, input_picker
-    from cgc.runtime.plan import Plan
+    from cgc.runtime.actor.host import ctor_arguments
+    from cgc.runtime.driver.cluster import RayInfo, actor_demand, gpu_notice, local_ray_sizing
+    from cgc.runtime.driver.graph import CompiledGraph
+    from cgc.runtime.driver.graph_ends import input_label, input_picker
+    from cgc.runtime.driver.plan import Plan
 
     proto = read_plan_bytes(data, "fuzz.cgplan", trust=True)
     verify_plan(proto)  # start() checks again

@@ -40,7 +40,7 @@ def _set(path: str, value):
 #   w0: 2R:c1 2C 2SEND:c2→w1@g0#0 4C 6COLL@g1#0 6W:c4
 #   w1: 3RECV:c2←w0@g0#0 3C 5COLL@g1#0 5W:c3
 CASES = {
-    # what runtime/plan.py check_runnable checked
+    # what runtime/driver/plan.py check_runnable checked
     "no actors": (lambda p: p.graph.ClearField("actors"), "no actors"),
     "no programs": (lambda p: p.lowered.ClearField("programs"), "one program per actor"),
     "program order": (lambda p: p.lowered.programs.reverse(), "one program per actor"),

@@ -25,7 +25,7 @@ from cgc.plan_schema import write_plan
 from cgc.plan_schema.trust import TrustDecision, in_process
 
 if TYPE_CHECKING:
-    from cgc.runtime.driver import CompiledGraph
+    from cgc.runtime.driver.graph import CompiledGraph
 
 __all__ = ["Plan", "load"]
 
@@ -121,13 +121,13 @@ class Plan:
         that teardown writes a Chrome/Perfetto trace of the run to (``cgc.runtime.trace``);
         ``torch_profile``: a directory for one torch profiler trace per actor; ``nvtx``:
         NVTX ranges around every op (``cgc.runtime.profiling``); ``wake_ahead``: how many
-        hops ahead of the data sleeping actors are woken (-1 auto, 0 off; ``cgc.runtime.wake``);
+        hops ahead of the data sleeping actors are woken (-1 auto, 0 off; ``cgc.runtime.driver.wake``);
         ``max_frame_bytes``: the largest value a TCP channel carries (default 4 GiB);
         ``dashboard``: start Ray's dashboard with the local Ray cgc starts (default off);
         ``cuda_graphs``: False runs the plan's captured calls eagerly (default: replay them
         as CUDA graphs where the actors have CUDA; ``graph.cuda_graph_stats()``).
         ``ray_events``: keep Ray Compiled Graph's per-task profiling records on each actor
-        (``cgc.runtime.ray_events``; the Ray drop-in's ``RAY_CGRAPH_ENABLE_PROFILING``).
+        (``cgc.runtime.actor.ray_events``; the Ray drop-in's ``RAY_CGRAPH_ENABLE_PROFILING``).
 
         Example::
 
@@ -146,8 +146,8 @@ class Plan:
         # Every keyword above is a ``RunConfig`` field (a test keeps the two the same), so
         # they are passed on as they are; ``RunConfig.from_plan`` checks each.
         options = {k: v for k, v in locals().items() if k not in ("self", "address")}
-        from cgc.runtime.start import start_graph
-        from cgc.runtime.trust_gate import require_trusted
+        from cgc.runtime.driver.start import start_graph
+        from cgc.runtime.driver.trust_gate import require_trusted
 
         require_trusted(self)
         for path in ("trace", "torch_profile"):

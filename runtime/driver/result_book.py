@@ -50,7 +50,8 @@ from cgc.runtime.channels.errors import (
     ChannelTimeoutError,
     ErrorValue,
 )
-from cgc.runtime.driver_io import DriverEndpoints
+from cgc.runtime.driver.graph_ends import DriverEndpoints
+from cgc.runtime.driver.graph_state import GraphState
 from cgc.runtime.errors import (
     CapacityExceededError,
     GetTimeoutError,
@@ -60,12 +61,11 @@ from cgc.runtime.errors import (
     format_blocked,
     to_exception,
 )
-from cgc.runtime.graph_state import GraphState
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from cgc.runtime.refs import Ref
+    from cgc.runtime.driver.refs import Ref
 
 __all__ = ["ResultBook"]
 

@@ -1,7 +1,7 @@
 """This process's actor loops, by graph id, and what the exited ones left behind.
 
-``cgc.runtime.actor_calls`` finds a graph's loop here (several graphs can share an actor);
-``cgc.runtime.executor.ActorLoop`` removes itself and records its exit here when it ends.
+``cgc.runtime.actor.entry`` finds a graph's loop here (several graphs can share an actor);
+``cgc.runtime.actor.executor.ActorLoop`` removes itself and records its exit here when it ends.
 
 Example: ``with LOOPS_LOCK: loop = LOOPS.get(gid)``.
 """
@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the loop class imports this module
-    from cgc.runtime.executor import ActorLoop
+    from cgc.runtime.actor.executor import ActorLoop
 
 __all__ = ["LOOPS", "LOOPS_LOCK", "LOOPS_CHANGED", "EXITS", "MAX_EXITS", "TRACES"]
 
@@ -25,5 +25,5 @@ LOOPS_CHANGED = threading.Condition(LOOPS_LOCK)
 EXITS: dict[str, str | None] = {}
 MAX_EXITS = 256
 # graph id -> (prologue, loop) recorders of a traced loop; kept after the loop exits so the
-# driver collects complete traces at teardown (cgc.runtime.actor_calls.collect_trace).
+# driver collects complete traces at teardown (cgc.runtime.actor.entry.collect_trace).
 TRACES: dict[str, tuple[Any, Any]] = {}

@@ -2,7 +2,7 @@
 
 Each ``pb.Op`` becomes one argument-less function that reads and writes the loop's value
 tables (``tabs[0]`` for execution ``e``, ``tabs[1]`` for ``e + 1``); ``ActorLoop``
-(``cgc.runtime.executor``) inherits this and replays the closures.
+(``cgc.runtime.actor.executor``) inherits this and replays the closures.
 
 Example: ``ops = loop._compile(loop.program.ops, False)``; then ``for op in ops: op()``.
 """
@@ -16,11 +16,11 @@ from typing import Any
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.collective import ReduceOp
 from cgc.plan_schema.values import decode_value
+from cgc.runtime.actor.loop_state import LoopState
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.devices import move_to
 from cgc.runtime.errors import DirectReturnError, SetupError, mro_names
-from cgc.runtime.loop_state import LoopState
-from cgc.runtime.ping_and_args import input_attr
+from cgc.runtime.messages import input_attr
 
 __all__ = ["OpCompiler"]
 

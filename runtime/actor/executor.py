@@ -1,7 +1,7 @@
 """The per-actor executor: replays one actor's program in a loop thread inside the actor.
 
 The driver drives set-up through ``actor.__ray_call__`` with the functions in
-``cgc.runtime.actor_calls`` (each batched over all actors, one round at a time):
+``cgc.runtime.actor.entry`` (each batched over all actors, one round at a time):
 
 1. ``setup_probe``   - build the ``ActorLoop`` (resolve methods, decode constants); report
    node and pid.
@@ -31,13 +31,13 @@ from collections.abc import Callable
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.actor.loop_setup import LoopSetup
+from cgc.runtime.actor.loop_state import LoopOptions
+from cgc.runtime.actor.loops import EXITS, LOOPS, LOOPS_CHANGED, LOOPS_LOCK, MAX_EXITS, TRACES
+from cgc.runtime.actor.op_compile import OpCompiler
+from cgc.runtime.actor.op_text import op_text
 from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.errors import SetupError
-from cgc.runtime.loop_setup import LoopSetup
-from cgc.runtime.loop_state import LoopOptions
-from cgc.runtime.loops import EXITS, LOOPS, LOOPS_CHANGED, LOOPS_LOCK, MAX_EXITS, TRACES
-from cgc.runtime.op_compile import OpCompiler
-from cgc.runtime.op_text import op_text
 
 __all__ = ["ActorLoop"]
 
@@ -128,7 +128,7 @@ class ActorLoop(LoopSetup, OpCompiler):
                         for i, op in enumerate(prologue)]
             ops = [traced(op, i, exec_of(offs[i]), ops_rec) for i, op in enumerate(ops)]
         if self.opts.ray_events:
-            from cgc.runtime.ray_events import record_ray_events
+            from cgc.runtime.actor.ray_events import record_ray_events
 
             ops = record_ray_events(ops, self.program, self.plan, self.obj)
         if self.opts.nvtx:

@@ -17,8 +17,8 @@ import logging
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.driver.session import ray_calls
 from cgc.runtime.ray_internals import call_in_actor
-from cgc.runtime.session import ray_calls
 
 __all__ = ["teardown_graph", "poison_all"]
 
@@ -90,7 +90,7 @@ def _write_trace(g: Any, live: dict[str, Any]) -> None:
     import ray
 
     from cgc.plan_schema import DRIVER
-    from cgc.runtime.actor_calls import collect_trace
+    from cgc.runtime.actor.entry import collect_trace
     from cgc.runtime.trace import write_chrome_trace
 
     t0 = time.monotonic_ns()
@@ -133,7 +133,7 @@ def _stop_loops(g: Any, live: dict[str, Any]) -> None:
 
     import ray
 
-    from cgc.runtime.actor_calls import stop_loop
+    from cgc.runtime.actor.entry import stop_loop
 
     if not live:
         return

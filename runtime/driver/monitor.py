@@ -20,9 +20,9 @@ import logging
 import threading
 from typing import Any
 
+from cgc.runtime.driver.session import ray_calls
 from cgc.runtime.errors import ActorDiedError, GraphFailedError
 from cgc.runtime.ray_internals import call_in_actor
-from cgc.runtime.session import ray_calls
 
 __all__ = ["Monitor", "POLL_S"]
 
@@ -115,7 +115,7 @@ class Monitor:
         """
         import ray
 
-        from cgc.runtime.actor_calls import wait_loop
+        from cgc.runtime.actor.entry import wait_loop
 
         out = []
         for ref in ready:
@@ -164,7 +164,7 @@ class Monitor:
         """
         import ray
 
-        from cgc.runtime.actor_calls import where_blocked
+        from cgc.runtime.actor.entry import where_blocked
 
         g = self.graph
         names = [n for n in g.actors if n not in g.dead_actors]

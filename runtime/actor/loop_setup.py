@@ -1,7 +1,7 @@
 """An actor loop's set-up rounds: its host channels, communicators, wake-ahead bells, warm-up.
 
-The driver runs these through ``cgc.runtime.actor_calls`` (rounds 1-3, see
-``cgc.runtime.executor``); ``ActorLoop`` inherits them.
+The driver runs these through ``cgc.runtime.actor.entry`` (rounds 1-3, see
+``cgc.runtime.actor.executor``); ``ActorLoop`` inherits them.
 
 Example: ``loop.open_writers(tcp=set(), ip="10.0.0.1")`` -> ``{}`` (no TCP channels).
 """
@@ -12,10 +12,10 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import ring_slot_bytes
+from cgc.runtime.actor.loop_state import LoopState
 from cgc.runtime.endpoints import communicator_prefix, open_host_reader, open_host_writer
 from cgc.runtime.errors import SetupError
-from cgc.runtime.loop_state import LoopState
-from cgc.runtime.ping_and_args import PING, Ping
+from cgc.runtime.messages import PING, Ping
 
 __all__ = ["LoopSetup"]
 

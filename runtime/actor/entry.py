@@ -3,7 +3,7 @@
 Set-up rounds ``setup_probe`` → ``setup_writers`` → ``setup_start``, then ``wait_loop``
 (in Ray's ``_ray_system`` concurrency group, watched by the driver's monitor),
 ``stop_loop`` (teardown) and ``where_blocked`` (timeout reports). ``self`` is the actor
-instance; the loops live in ``cgc.runtime.loops.LOOPS`` by graph id, so several graphs
+instance; the loops live in ``cgc.runtime.actor.loops.LOOPS`` by graph id, so several graphs
 can share an actor.
 
 Example: ``handle.__ray_call__.remote(setup_probe, gid, plan_bytes, "w0", opts)``.
@@ -15,13 +15,13 @@ import time
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.actors import user_object
+from cgc.runtime.actor.executor import ActorLoop
+from cgc.runtime.actor.host import user_object
+from cgc.runtime.actor.loop_state import LoopOptions
+from cgc.runtime.actor.loops import EXITS, LOOPS, LOOPS_CHANGED, LOOPS_LOCK, TRACES
 from cgc.runtime.channels.shm import shm_free_bytes
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import SetupError
-from cgc.runtime.executor import ActorLoop
-from cgc.runtime.loop_state import LoopOptions
-from cgc.runtime.loops import EXITS, LOOPS, LOOPS_CHANGED, LOOPS_LOCK, TRACES
 
 __all__ = ["setup_probe", "setup_writers", "setup_start", "wait_loop", "stop_loop",
            "where_blocked", "collect_trace", "cuda_graph_stats"]

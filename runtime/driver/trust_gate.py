@@ -7,7 +7,7 @@ It reads the plan and the decision only: it imports, creates and executes nothin
 
 The rules themselves live in ``cgc.plan_schema.trust``: an unsigned plan without
 ``--trust`` may hold no code and name only classes from modules the user trusts, and
-public methods. When its classes are later loaded (``cgc.runtime.actors.load_class``),
+public methods. When its classes are later loaded (``cgc.runtime.actor.host.load_class``),
 each must be defined in the module the plan names under the name it gives, so a trusted
 module's imports (``mypkg.subprocess.Popen``) do not smuggle in another module's class.
 

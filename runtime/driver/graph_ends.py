@@ -23,7 +23,7 @@ from typing import Any
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.runtime.channels.errors import ChannelError, ErrorValue
 from cgc.runtime.errors import InputSerializationError
-from cgc.runtime.ping_and_args import input_value
+from cgc.runtime.messages import input_value
 
 __all__ = ["DriverEndpoints", "input_picker", "input_label", "PartialSubmitError",
            "AbandonedSubmitError"]

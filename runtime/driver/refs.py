@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cgc.runtime.errors import RefConsumedError
 
 if TYPE_CHECKING:
-    from cgc.runtime.result_book import ResultBook
+    from cgc.runtime.driver.result_book import ResultBook
 
 __all__ = ["Ref"]
 

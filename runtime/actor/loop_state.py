@@ -1,9 +1,9 @@
 """What one actor loop holds: the options the driver sent it, and the state its parts share.
 
-``LoopOptions`` travels in set-up round 1 (``cgc.runtime.actor_calls.setup_probe``).
-``LoopState`` declares the attributes that ``ActorLoop.__init__`` (``cgc.runtime.executor``)
-sets and that its set-up (``cgc.runtime.loop_setup``) and op compilation
-(``cgc.runtime.op_compile``) read, so each part type-checks on its own.
+``LoopOptions`` travels in set-up round 1 (``cgc.runtime.actor.entry.setup_probe``).
+``LoopState`` declares the attributes that ``ActorLoop.__init__`` (``cgc.runtime.actor.executor``)
+sets and that its set-up (``cgc.runtime.actor.loop_setup``) and op compilation
+(``cgc.runtime.actor.op_compile``) read, so each part type-checks on its own.
 
 Example: ``LoopOptions(prefix="cgc-1a2b-", spin_us=50.0)``.
 """
@@ -37,7 +37,7 @@ class LoopOptions:
         torch_profile: directory for a torch profiler trace of the loop ("" = off).
         nvtx: an NVTX range around every op (``cgc.runtime.profiling``).
         ray_events: keep Ray's per-task profiling records on the actor
-            (``cgc.runtime.ray_events``).
+            (``cgc.runtime.actor.ray_events``).
         wake_ahead: how many depths ahead of itself an actor rings when it starts work
             (0 = wake-ahead off); the depths are the plan's (``Program.wake_depth``).
         max_frame_bytes: the largest value this actor's TCP channels carry.
@@ -61,7 +61,7 @@ class LoopOptions:
 
 
 class LoopState:
-    """The attributes of one actor's loop (``cgc.runtime.executor.ActorLoop`` sets them)."""
+    """The attributes of one actor's loop (``cgc.runtime.actor.executor.ActorLoop`` sets them)."""
 
     gid: str
     plan: pb.Plan

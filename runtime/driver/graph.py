@@ -2,7 +2,7 @@
 
 Hot path: ``execute()`` checks the argument count, writes each input channel once (a
 broadcast to N actors on this node is one write) and returns ``Ref``s; ``ref.get()`` asks
-the graph's ``ResultBook`` (``cgc.runtime.result_book``), which reads the output channels
+the graph's ``ResultBook`` (``cgc.runtime.driver.result_book``), which reads the output channels
 until its execution is complete, holding what it reads for other refs. No Ray RPCs, no
 allocation of channels, no imports on either path.
 
@@ -15,8 +15,8 @@ Concerns and where they live:
   bounded by ``max_buffered_results`` / ``max_buffered_bytes``, refs dropped unfetched,
   the hang report of a get timeout.
 - **Down state** (``GraphState``): ``closing`` and the first failure, shared by both.
-- **Teardown** (``cgc.runtime.teardown``), **monitoring** (``cgc.runtime.monitor``), set-up
-  (``cgc.runtime.start``, which builds the graph through its set-up steps, each once).
+- **Teardown** (``cgc.runtime.driver.teardown``), **monitoring** (``cgc.runtime.driver.monitor``), set-up
+  (``cgc.runtime.driver.start``, which builds the graph through its set-up steps, each once).
 
 Locks: ``_submit_lock`` (input writes) and the book's lock (output reads, the results),
 always taken in that order, so a thread waiting for a result never blocks another
@@ -43,16 +43,16 @@ from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import RunConfig
 from cgc.plan_schema.inputs import input_problems, positional_arity
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
-from cgc.runtime.driver_io import AbandonedSubmitError, DriverEndpoints, PartialSubmitError
+from cgc.runtime.driver.graph_ends import AbandonedSubmitError, DriverEndpoints, PartialSubmitError
+from cgc.runtime.driver.graph_state import GraphState
+from cgc.runtime.driver.refs import Ref
+from cgc.runtime.driver.result_book import ResultBook
 from cgc.runtime.errors import (
     GraphFailedError,
     GraphTornDownError,
     InputMismatchError,
     SubmitTimeoutError,
 )
-from cgc.runtime.graph_state import GraphState
-from cgc.runtime.refs import Ref
-from cgc.runtime.result_book import ResultBook
 
 __all__ = ["CompiledGraph", "live_graphs", "teardown_all"]
 
@@ -96,7 +96,7 @@ class CompiledGraph:
     ``submit_timeout``, ``get_timeout``, ``teardown_timeout`` (seconds; None = no limit)
     come from ``config``.
 
-    Built by ``cgc.runtime.start.start_graph``: the constructor, then one call of each
+    Built by ``cgc.runtime.driver.start.start_graph``: the constructor, then one call of each
     set-up step (``bind_actors``, ``use_bells``, ``record_nodes``, ``record_bindings``,
     ``watch``, ``started``), the only writers of the fields they name; the Ray drop-in adds
     ``kill_with_session``.
@@ -121,7 +121,7 @@ class CompiledGraph:
         # up: the drop-in's live actors, which Ray's ray.shutdown() kills with its graphs.
         self.kill_at_session_end: list[Any] = []
         self.endpoints = DriverEndpoints(plan.proto)
-        self.bells: Any = None  # the doorbells when wake-ahead is on (cgc.runtime.wake)
+        self.bells: Any = None  # the doorbells when wake-ahead is on (cgc.runtime.driver.wake)
         self.bell_ahead: list[int] = []  # depths the driver rings at each submit
         g = plan.proto.graph
         # Arity of the common call, checked inline on the hot path (see _check_inputs).
@@ -179,7 +179,7 @@ class CompiledGraph:
         self.comm_bindings = comm_bindings
 
     def watch(self, monitor: Any) -> None:
-        """Set-up step: the graph's monitor (``cgc.runtime.monitor.Monitor``, not started
+        """Set-up step: the graph's monitor (``cgc.runtime.driver.monitor.Monitor``, not started
         yet); from now on a get timeout reports where each actor is blocked.
 
         Example: ``graph.watch(Monitor(graph, waiters))``.
@@ -410,7 +410,7 @@ class CompiledGraph:
         """
         import ray
 
-        from cgc.runtime.actor_calls import cuda_graph_stats
+        from cgc.runtime.actor.entry import cuda_graph_stats
         from cgc.runtime.ray_internals import call_in_actor
 
         if self._state.closing:
@@ -482,8 +482,8 @@ class CompiledGraph:
 
         Example: ``graph.teardown(); graph.teardown()  # the second call does nothing``.
         """
-        from cgc.runtime.interrupts import deferred_interrupts
-        from cgc.runtime.teardown import teardown_graph
+        from cgc.runtime.driver.interrupts import deferred_interrupts
+        from cgc.runtime.driver.teardown import teardown_graph
 
         with self._teardown_lock:
             first = not self._state.closing

@@ -211,7 +211,7 @@ def _restart_if_too_small(plan: pb.Plan) -> None:
     die with it: then the placement check names what is missing)."""
     import ray
 
-    from cgc.runtime.driver import live_graphs
+    from cgc.runtime.driver.graph import live_graphs
 
     have = ray.cluster_resources()
     need = plan_totals(plan)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from cgc.runtime.cluster import forget_local_ray, ray_session
+from cgc.runtime.driver.cluster import forget_local_ray, ray_session
 from cgc.runtime.ray_internals import compiled_dag_registry
 
 __all__ = ["HOOK", "track_session", "ray_calls", "session_ended", "end_session"]
@@ -124,12 +124,12 @@ def end_session() -> None:
     Ray's ``ray.shutdown()`` calls this (through ``HOOK``) before it disconnects; calling it
     by hand does the same without shutting Ray down.
 
-    Example: ``end_session(); assert not cgc.runtime.driver.live_graphs()``.
+    Example: ``end_session(); assert not cgc.runtime.driver.graph.live_graphs()``.
 
     Raises:
         Nothing; a graph whose teardown fails is logged.
     """
-    from cgc.runtime.driver import live_graphs, teardown_all
+    from cgc.runtime.driver.graph import live_graphs, teardown_all
 
     session = ray_session()
     graphs = live_graphs(include_closing=True)

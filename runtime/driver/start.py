@@ -22,7 +22,7 @@ Steps (each Ray round is batched over all actors, never one blocking call per ta
 Any failure tears down what was made and raises ``SetupError`` (or ``PlacementError``).
 A plan whose shared-memory rings do not fit in a node's /dev/shm is refused with
 ``ShmSpaceError`` (a ``SetupError``) in step 0 when the cluster is one node, else between
-rounds 1 and 2: before any ring exists (``cgc.runtime.shm_space``).
+rounds 1 and 2: before any ring exists (``cgc.runtime.driver.shm_space``).
 
 Example: ``graph = start_graph(plan, None)`` (what ``Plan.start()`` calls).
 """
@@ -38,12 +38,12 @@ from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import RunConfig
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
-from cgc.runtime.driver import CompiledGraph
-from cgc.runtime.driver_io import input_label, input_picker
+from cgc.runtime.driver.graph import CompiledGraph
+from cgc.runtime.driver.graph_ends import input_label, input_picker
+from cgc.runtime.driver.option_needs import check_option_needs
 from cgc.runtime.embedded import plan_modules, register
 from cgc.runtime.errors import CgcError, SetupError
-from cgc.runtime.option_needs import check_option_needs
-from cgc.runtime.ping_and_args import PING, Ping
+from cgc.runtime.messages import PING, Ping
 from cgc.runtime.ray_internals import call_in_actor, check_version
 
 __all__ = ["start_graph", "bind_transports"]
@@ -108,10 +108,10 @@ def _check_rings_fit_early(proto: pb.Plan, cfg: RunConfig, driver_node: str) -> 
     may land on other nodes, ``_check_rings_fit`` decides after the probe round.
 
     Raises:
-        ShmSpaceError: they do not fit (see ``cgc.runtime.shm_space``).
+        ShmSpaceError: they do not fit (see ``cgc.runtime.driver.shm_space``).
     """
     from cgc.runtime.channels import ring_supported, shm
-    from cgc.runtime.shm_space import check_shm_space, fits, ring_segment_bytes
+    from cgc.runtime.driver.shm_space import check_shm_space, fits, ring_segment_bytes
 
     if cfg.host_transport == "tcp" or not ring_supported():
         return  # no rings at all
@@ -139,10 +139,10 @@ def _check_rings_fit(proto: pb.Plan, cfg: RunConfig, tcp: set[int], node: dict[s
     reads it; another node's as its actors reported it in the probe round).
 
     Raises:
-        ShmSpaceError: the rings of some node do not fit (see ``cgc.runtime.shm_space``).
+        ShmSpaceError: the rings of some node do not fit (see ``cgc.runtime.driver.shm_space``).
     """
     from cgc.runtime.channels import shm
-    from cgc.runtime.shm_space import check_shm_space, rings_on_node
+    from cgc.runtime.driver.shm_space import check_shm_space, rings_on_node
 
     low = proto.lowered
     shm_cids = {ch.id for ch in low.channels if ch.kind == pb.CHAN_HOST and ch.id not in tcp}
@@ -187,9 +187,9 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
         PlacementError, SetupError.
     """
     from cgc.plan_schema.verify import verify_plan
-    from cgc.runtime.actors import make_actors
-    from cgc.runtime.cluster import check_placement, ensure_ray, gpu_notice, ray_session
-    from cgc.runtime.session import track_session
+    from cgc.runtime.driver.cluster import check_placement, ensure_ray, gpu_notice, ray_session
+    from cgc.runtime.driver.plan_actors import make_actors
+    from cgc.runtime.driver.session import track_session
 
     t0 = time.perf_counter()
     proto = plan.proto
@@ -246,7 +246,7 @@ def _wake_ahead(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig) -> int:
     """
     from cgc.runtime.channels.bell import Bells
     from cgc.runtime.channels.futex import HAVE_WAITV
-    from cgc.runtime.wake import wake_window
+    from cgc.runtime.driver.wake import wake_window
 
     window = wake_window(cfg.wake_ahead)
     deepest = max((p.wake_depth for p in proto.lowered.programs), default=0)
@@ -259,12 +259,12 @@ def _wake_ahead(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig) -> int:
 
 def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: Any,
                   secret: bytes, deadline: float) -> None:
-    from cgc.runtime import actor_calls as ex
+    from cgc.runtime.actor import entry as ex
+    from cgc.runtime.actor.loop_state import LoopOptions
     from cgc.runtime.channels import janitor
     from cgc.runtime.comm.binding import fake_hosts_enabled
+    from cgc.runtime.driver.monitor import Monitor
     from cgc.runtime.endpoints import open_host_reader, open_host_writer
-    from cgc.runtime.loop_state import LoopOptions
-    from cgc.runtime.monitor import Monitor
 
     handles = graph.actors
     low = proto.lowered
