@@ -64,7 +64,7 @@ class LoopSetup(LoopState):
         gpu = None
         if self.opts.probe_gpu and self.my_comms():
             if self.opts.fake_hosts:  # before this process's first NCCL call
-                from cgc.runtime.comm.binding import apply_fake_hosts
+                from cgc.runtime.comm.testing.fake_hosts import apply_fake_hosts
 
                 apply_fake_hosts(f"{self.actor}-{self.gid}")
             from cgc.runtime.comm.binding import probe_gpu_uuid

@@ -14,14 +14,14 @@ some have a GPU, some none                         ``host_staging``  SetupError
 no member has a GPU                                ``cpu``          SetupError
 =================================================  ===============  ======================
 
-"cpu" gives ``cpu`` everywhere. With ``CGC_TEST_DEVICE_PROTOCOL=1`` (CI: no GPU) every
-``cpu`` binding becomes ``cpu_protocol``: the device communicators' protocol (headers,
-static edges, errors as values, native collectives) over CPU tensors, so the executor's
-device paths run without a GPU. With fake hosts (``CGC_NCCL_FAKE_HOSTS=1``, tests on one
-GPU) every all-GPU communicator gets ``nccl``: each actor calls ``apply_fake_hosts(name)``
-before its first NCCL call, so NCCL sees one "host" per rank and accepts two ranks on one
-device over sockets (slow, correct). Each ``Binding`` has a one-line ``reason`` for
-``cgc run`` to print and for the graph's bindings.
+"cpu" gives ``cpu`` everywhere. Two test switches (environment variables; what they turn
+on lives in ``cgc.runtime.comm.testing``, imported only when one is set): with
+``CGC_TEST_DEVICE_PROTOCOL=1`` (CI: no GPU) every ``cpu`` binding becomes ``cpu_protocol``
+(``testing.cpu_protocol``), so the executor's device paths run without a GPU; with fake
+hosts (``CGC_NCCL_FAKE_HOSTS=1``, tests on one GPU) every all-GPU communicator gets
+``nccl`` and each actor joins NCCL as a host of its own (``testing.fake_hosts``). Each
+``Binding`` has a one-line ``reason`` for ``cgc run`` to print and for the graph's
+bindings.
 
 ``probe_gpu_uuid()`` is what an actor reports at set-up.
 
@@ -42,11 +42,11 @@ from cgc.plan_schema.errors import ConfigError
 from cgc.runtime.errors import SetupError
 
 __all__ = ["Binding", "TRANSPORTS", "CHOICES", "bind_communicators", "probe_gpu_uuid",
-           "fake_hosts_enabled", "fake_host_env", "apply_fake_hosts", "FAKE_HOSTS_ENV",
-           "DEVICE_PROTOCOL_ON_CPU_ENV"]
+           "fake_hosts_enabled", "FAKE_HOSTS_ENV", "DEVICE_PROTOCOL_ON_CPU_ENV"]
 
 TRANSPORTS = ("nccl", "cuda_ipc", "host_staging", "cpu")
 CHOICES = ("auto", "cpu", "nccl")
+#: The test switches (module doc): "1" turns a test mode of ``cgc.runtime.comm.testing`` on.
 FAKE_HOSTS_ENV = "CGC_NCCL_FAKE_HOSTS"
 DEVICE_PROTOCOL_ON_CPU_ENV = "CGC_TEST_DEVICE_PROTOCOL"
 
@@ -125,34 +125,15 @@ def bind_communicators(comms: Mapping[int, Sequence[tuple[str, str | None]]],
     out = {cid: bind_one(comms[cid], choice, fake_hosts, f"communicator {cid}")
            for cid in sorted(comms)}
     if os.environ.get(DEVICE_PROTOCOL_ON_CPU_ENV, "") == "1":
-        out = {cid: (Binding("cpu_protocol", f"{b.reason} (test mode "
-                             f"{DEVICE_PROTOCOL_ON_CPU_ENV}=1: the device protocol on CPU)")
-                     if b.transport == "cpu" else b) for cid, b in out.items()}
+        from cgc.runtime.comm.testing.cpu_protocol import device_protocol_on_cpu
+
+        out = device_protocol_on_cpu(out)
     return out
 
 
 def fake_hosts_enabled() -> bool:
     """True when the test-only fake-hosts mode is on (``CGC_NCCL_FAKE_HOSTS=1``)."""
     return os.environ.get(FAKE_HOSTS_ENV, "") == "1"
-
-
-def fake_host_env(tag: str) -> dict[str, str]:
-    """The NCCL environment that makes this process a host of its own named ``tag``.
-
-    Example:
-        >>> fake_host_env("w0")["NCCL_HOSTID"]
-        'cgc-fake-w0'
-    """
-    return {"NCCL_HOSTID": f"cgc-fake-{tag}", "NCCL_P2P_DISABLE": "1",
-            "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}
-
-
-def apply_fake_hosts(tag: str) -> dict[str, str]:
-    """Set ``fake_host_env(tag)`` in this process (call before its first NCCL call, i.e.
-    in the set-up probe: NCCL caches most of these settings). Returns what was set."""
-    env = fake_host_env(tag)
-    os.environ.update(env)
-    return env
 
 
 def probe_gpu_uuid() -> str | None:

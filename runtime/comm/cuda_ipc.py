@@ -44,8 +44,8 @@ Collectives gather every rank's input over the same slots and reduce on the comm
 (``GatheringTransport``): on one GPU the N-fold copies run at device-memory bandwidth.
 
 The device calls go through an ``IpcDevice`` (``cgc.runtime.comm.cuda_ipc_devices``):
-``CudaIpcDevice`` (cupy.cuda.runtime) on GPUs, ``ShmIpcDevice`` (shared-memory segments,
-synchronous copies) in CPU tests.
+``CudaIpcDevice`` (cupy.cuda.runtime) on GPUs, ``testing.shm_ipc_device.ShmIpcDevice``
+(shared-memory segments, synchronous copies) in CPU tests.
 
 Example::
 
@@ -63,7 +63,7 @@ from typing import Any, ClassVar
 import torch
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
-from cgc.runtime.comm.cuda_ipc_devices import CudaIpcDevice, IpcDevice, ShmIpcDevice
+from cgc.runtime.comm.cuda_ipc_devices import CudaIpcDevice, IpcDevice
 from cgc.runtime.comm.device_protocol import DeviceCommunicator
 from cgc.runtime.comm.sidechannel import SharedSide, SideChannels, SideFactory, open_side
 from cgc.runtime.comm.transport import GatheringTransport
@@ -368,8 +368,7 @@ class IpcTransport(GatheringTransport):
                     _quiet(dev.destroy_event, ev)
                 for ev in o.peer_events or ():
                     _quiet(dev.destroy_event, ev)
-            if isinstance(dev, ShmIpcDevice):
-                dev.release()
+            dev.release()
         finally:
             self._in.clear()
             self._out.clear()

@@ -34,7 +34,7 @@ thread wakes every waiter with ``ChannelClosedError`` and aborts the transport.
 ``last_event`` is the comm-stream event of the latest op that moved device data (None if
 none); see ``streams`` for how the executor uses it.
 
-The same protocol code runs in CI on CPU with ``cpu_transport.ShmCpuTransport`` (CPU torch
+The same protocol code runs in CI on CPU with ``testing.cpu_transport.ShmCpuTransport`` (CPU torch
 tensors standing in for device tensors, bytes through shared memory).
 """
 

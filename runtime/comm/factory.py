@@ -57,7 +57,7 @@ def open_device_communicator(transport: str, *, rank: int, world_size: int, pref
                                    slots=slots, slot_bytes=slot_bytes, timeout=timeout,
                                    name=name)
     if transport == "cpu_protocol":  # test mode: the device protocol over CPU tensors
-        from cgc.runtime.comm.cpu_transport import cpu_device_communicator
+        from cgc.runtime.comm.testing.cpu_transport import cpu_device_communicator
 
         return cpu_device_communicator(prefix, rank, world_size, timeout=timeout)
     if transport in ("host_staging", "cpu"):

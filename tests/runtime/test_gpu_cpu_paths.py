@@ -32,12 +32,13 @@ from cgc.runtime.channels import (
 from cgc.runtime.comm import CpuCommunicator
 from cgc.runtime.comm import binding as B
 from cgc.runtime.comm.collective import CollectiveShapeError
-from cgc.runtime.comm.cpu_transport import ShmCpuTransport, cpu_device_communicator
 from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
-from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
 from cgc.runtime.comm.device_protocol import collective_plan
 from cgc.runtime.comm.host_staging import HostStagingCommunicator
 from cgc.runtime.comm.sidechannel import ShmSideChannels, exchange
+from cgc.runtime.comm.testing import fake_hosts as FH
+from cgc.runtime.comm.testing.cpu_transport import ShmCpuTransport, cpu_device_communicator
+from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
 from cgc.runtime.errors import SetupError
 from cgc.runtime.gpu.streams import SYNC_COUNTER, NullStreams, actor_streams, wait_event
 from cgc.runtime.gpu.tensors import (
@@ -208,12 +209,12 @@ def test_binding_fake_hosts_and_choices():
 
 
 def test_fake_host_env_is_distinct_per_actor(monkeypatch):
-    for k in B.fake_host_env("x"):
+    for k in FH.fake_host_env("x"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv(B.FAKE_HOSTS_ENV, "1")
     assert B.fake_hosts_enabled()
-    env = B.apply_fake_hosts("w1")
-    assert os.environ["NCCL_HOSTID"] == "cgc-fake-w1" != B.fake_host_env("w0")["NCCL_HOSTID"]
+    env = FH.apply_fake_hosts("w1")
+    assert os.environ["NCCL_HOSTID"] == "cgc-fake-w1" != FH.fake_host_env("w0")["NCCL_HOSTID"]
     assert env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == "1"
 
 

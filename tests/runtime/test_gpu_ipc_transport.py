@@ -17,8 +17,8 @@ from test_gpu_cpu_paths import run_ranks
 
 from cgc.runtime.channels import ChannelClosedError, ChannelError, ChannelTimeoutError
 from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator, IpcTransport
-from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
 from cgc.runtime.comm.device_protocol import DeviceCommunicator, header_for
+from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
 from cgc.runtime.gpu.streams import NullStreams
 from cgc.runtime.gpu.tensors import cpu_stand_in
 
