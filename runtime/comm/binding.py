@@ -28,12 +28,13 @@ bindings.
 Example:
     >>> b = bind_communicators({0: [("n1", "GPU-a"), ("n1", "GPU-a")],
     ...                         1: [("n1", "GPU-a"), ("n1", "GPU-b")]})
-    >>> b[0].transport, b[1].transport
-    ('cuda_ipc', 'nccl')
+    >>> b[0].transport is Transport.CUDA_IPC, b[1].transport == "nccl"
+    (True, True)
 """
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -41,10 +42,30 @@ from typing import NamedTuple
 from cgc.plan_schema.errors import ConfigError
 from cgc.runtime.errors import SetupError
 
-__all__ = ["Binding", "TRANSPORTS", "CHOICES", "bind_communicators", "probe_gpu_uuid",
+__all__ = ["Binding", "Transport", "TRANSPORTS", "CHOICES", "bind_communicators", "probe_gpu_uuid",
            "fake_hosts_enabled", "FAKE_HOSTS_ENV", "DEVICE_PROTOCOL_ON_CPU_ENV"]
 
-TRANSPORTS = ("nccl", "cuda_ipc", "host_staging", "cpu")
+
+
+class Transport(enum.StrEnum):
+    """What a plan communicator is bound to; each member is its plain name (``"nccl"`` ==
+    ``Transport.NCCL``), so bindings compare, print and serialize as the names do.
+
+    Example:
+        >>> Transport("cuda_ipc") is Transport.CUDA_IPC, f"{Transport.NCCL}"
+        (True, 'nccl')
+    """
+
+    NCCL = "nccl"
+    CUDA_IPC = "cuda_ipc"
+    HOST_STAGING = "host_staging"
+    CPU = "cpu"
+    #: Test mode only (``DEVICE_PROTOCOL_ON_CPU_ENV``; ``testing.cpu_protocol``).
+    CPU_PROTOCOL = "cpu_protocol"
+
+
+#: The transports a plan is bound to outside the test modes.
+TRANSPORTS = (Transport.NCCL, Transport.CUDA_IPC, Transport.HOST_STAGING, Transport.CPU)
 CHOICES = ("auto", "cpu", "nccl")
 #: The test switches (module doc): "1" turns a test mode of ``cgc.runtime.comm.testing`` on.
 FAKE_HOSTS_ENV = "CGC_NCCL_FAKE_HOSTS"
@@ -54,7 +75,7 @@ DEVICE_PROTOCOL_ON_CPU_ENV = "CGC_TEST_DEVICE_PROTOCOL"
 class Binding(NamedTuple):
     """The transport of one communicator and why."""
 
-    transport: str
+    transport: Transport
     reason: str
 
 
@@ -75,7 +96,7 @@ def bind_one(members: Sequence[tuple[str, str | None]], choice: str = "auto",
     if not members:
         raise SetupError(f"{name} has no members")
     if choice == "cpu":
-        return Binding("cpu", "communicator='cpu' was requested")
+        return Binding(Transport.CPU, "communicator='cpu' was requested")
     uuids = [g for _, g in members]
     nodes = sorted({n for n, _ in members})
     spans = f" across {len(nodes)} nodes" if len(nodes) > 1 else ""
@@ -86,26 +107,26 @@ def bind_one(members: Sequence[tuple[str, str | None]], choice: str = "auto",
         if choice == "nccl":
             raise SetupError(f"{name}: communicator='nccl' but {why}")
         if not any(have):
-            return Binding("cpu", why)
+            return Binding(Transport.CPU, why)
         note = "; the CPU communicator is single-node" if spans else ""
-        return Binding("host_staging", f"{why}: tensors staged through pinned host memory"
-                                       f"{note}")
+        return Binding(Transport.HOST_STAGING,
+                       f"{why}: tensors staged through pinned host memory{note}")
     gpus = [(n, g) for n, g in members]  # a real UUID is unique; the pair covers fallbacks
     distinct = len(set(gpus)) == len(gpus)
     if distinct:
-        return Binding("nccl", f"every member on its own GPU{spans}")
+        return Binding(Transport.NCCL, f"every member on its own GPU{spans}")
     if fake_hosts:
-        return Binding("nccl", f"test mode {FAKE_HOSTS_ENV}=1: ranks sharing a GPU join NCCL "
-                               "as separate hosts over sockets")
+        return Binding(Transport.NCCL, f"test mode {FAKE_HOSTS_ENV}=1: ranks sharing a GPU "
+                                       "join NCCL as separate hosts over sockets")
     if choice == "nccl":
         raise SetupError(f"{name}: communicator='nccl' but members share a GPU "
                          f"({_gpus(members)}); NCCL refuses two ranks on one device - "
                          "use communicator='auto' (CUDA IPC between actors on one GPU)")
     if len(set(gpus)) == 1:
-        return Binding("cuda_ipc", f"all {len(members)} members on GPU {uuids[0]}")
-    return Binding("host_staging", f"some members share a GPU and some do not "
-                                   f"({_gpus(members)}): tensors staged through pinned host "
-                                   "memory")
+        return Binding(Transport.CUDA_IPC, f"all {len(members)} members on GPU {uuids[0]}")
+    return Binding(Transport.HOST_STAGING, f"some members share a GPU and some do not "
+                                           f"({_gpus(members)}): tensors staged through "
+                                           "pinned host memory")
 
 
 def bind_communicators(comms: Mapping[int, Sequence[tuple[str, str | None]]],

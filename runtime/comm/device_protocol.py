@@ -40,6 +40,7 @@ tensors standing in for device tensors, bytes through shared memory).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,7 +63,8 @@ from cgc.runtime.gpu.tensors import (
     torch_dtype,
 )
 
-__all__ = ["DeviceCommunicator", "collective_plan", "comm_ready", "header_for"]
+__all__ = ["CollectiveStatus", "DeviceCommunicator", "collective_plan", "comm_ready",
+           "header_for"]
 
 
 def comm_ready(streams: Any, tensors: Sequence[Any]) -> list[Any]:
@@ -101,13 +103,30 @@ def header_for(value: Any, tag: str, is_device: Callable[[Any], bool],
             communicator=where), tag), []
 
 
-def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str, Any]:
+class CollectiveStatus(enum.StrEnum):
+    """What a member contributes to a collective: the first word of the status it sends
+    every other member before it (``DeviceCommunicator._status``), and the kind of answer
+    ``collective_plan`` gives. The plain value travels (``.value``: the wire is unchanged).
+
+    Example:
+        >>> CollectiveStatus("err") is CollectiveStatus.ERROR
+        True
+    """
+
+    DEVICE = "dev"  # a device tensor: its TensorMeta
+    ERROR = "err"  # an ErrorValue: every member's result
+    HOST = "host"  # a host value (has shape and dtype): reduced on every member
+    BAD = "bad"  # anything else: its type name (TypeError on every member)
+
+
+def collective_plan(statuses: Sequence[tuple[str, Any]], kind: str,
+                    world: int) -> tuple[CollectiveStatus, Any]:
     """Decide a collective from every member's status word; the same answer on every rank.
 
-    Status words: ``("dev", TensorMeta)``, ``("err", ErrorValue)``, ``("host", value)``,
-    ``("bad", type name)``.
+    Status words (``CollectiveStatus`` values): ``("dev", TensorMeta)``,
+    ``("err", ErrorValue)``, ``("host", value)``, ``("bad", type name)``.
 
-    Returns ``("error", ErrorValue)``, ``("host", [values])``, ``("dev", TensorMeta)``.
+    Returns ``(ERROR, ErrorValue)``, ``(HOST, [values])``, ``(DEVICE, TensorMeta)``.
 
     Raises:
         ValueError: device inputs differ in shape/dtype. CollectiveShapeError:
@@ -117,23 +136,25 @@ def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str
     Example:
         >>> from cgc.runtime.gpu.tensors import TensorMeta
         >>> m = TensorMeta((4,), "float32", 16)
-        >>> collective_plan([("dev", m), ("dev", m)], "allreduce", 2)[0]
-        'dev'
+        >>> collective_plan([("dev", m), ("dev", m)], "allreduce", 2)[0] == "dev"
+        True
     """
+    dev_, err_, host_, bad_ = (CollectiveStatus.DEVICE, CollectiveStatus.ERROR,
+                               CollectiveStatus.HOST, CollectiveStatus.BAD)
     for kind_, payload in statuses:
-        if kind_ == "err":
-            return "error", payload
+        if kind_ == err_:
+            return err_, payload
     real = list(enumerate(statuses))
-    bad = [(r, s[1]) for r, s in real if s[0] == "bad"]
+    bad = [(r, s[1]) for r, s in real if s[0] == bad_]
     if bad:
         r, what = bad[0]
         raise TypeError(f"{kind}: rank {r} contributed a {what}, not a tensor or array")
     kinds = {s[0] for _, s in real}
-    if kinds == {"host"}:
-        return "host", [s[1] for s in statuses]
-    if kinds != {"dev"}:
-        dev = [r for r, s in real if s[0] == "dev"]
-        host = [r for r, s in real if s[0] == "host"]
+    if kinds == {host_}:
+        return host_, [s[1] for s in statuses]
+    if kinds != {dev_}:
+        dev = [r for r, s in real if s[0] == dev_]
+        host = [r for r, s in real if s[0] == host_]
         raise TypeError(f"{kind}: ranks {dev} contributed device tensors and ranks {host} "
                         "host values; a collective needs one kind on every member")
     metas = [s[1] for _, s in real]
@@ -144,7 +165,7 @@ def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str
                              f"{first.shape}/{first.dtype}, rank {r} has {m.shape}/{m.dtype}")
     if kind.startswith("reducescatter"):
         scatter_rows(first.shape, world)
-    return "dev", first
+    return dev_, first
 
 
 class DeviceCommunicator(Communicator):
@@ -347,15 +368,17 @@ class DeviceCommunicator(Communicator):
 
     # ---------------------------------------------------------------- collectives
     def _status(self, value: Any) -> tuple[str, Any]:
+        """This member's status word (a ``CollectiveStatus`` value, as it travels)."""
         if type(value) is ErrorValue:
-            return "err", value
+            return CollectiveStatus.ERROR.value, value
         if self.transport.is_device(value):
-            return "dev", tensor_meta(value)
+            return CollectiveStatus.DEVICE.value, tensor_meta(value)
         if hasattr(value, "shape") and hasattr(value, "dtype"):
-            return "host", value
-        return "bad", type(value).__name__
+            return CollectiveStatus.HOST.value, value
+        return CollectiveStatus.BAD.value, type(value).__name__
 
-    def _agree(self, tag: str, value: Any, timeout: float | None) -> tuple[str, Any]:
+    def _agree(self, tag: str, value: Any,
+               timeout: float | None) -> tuple[CollectiveStatus, Any]:
         mine = self._status(value)
         words = exchange(self.side, (tag, mine), timeout, self._poll)
         for r, (t, _) in enumerate(words):
@@ -369,9 +392,9 @@ class DeviceCommunicator(Communicator):
         self._enter()
         try:
             how, what = self._agree(tag, value, self._t(timeout))
-            if how == "error":
+            if how is CollectiveStatus.ERROR:
                 return what
-            if how == "host":  # every member gave host values: the host rule, here
+            if how is CollectiveStatus.HOST:  # every member gave host values: the host rule, here
                 return combine(tag.split(".", 1)[0], what, op, self.rank, self.world_size)
             unsupported = self.transport.unsupported(what.dtype, _tag_op(tag))
             if what.dtype == "bool" and tag.endswith(".avg"):

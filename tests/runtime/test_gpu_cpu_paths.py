@@ -31,9 +31,11 @@ from cgc.runtime.channels import (
 )
 from cgc.runtime.comm import CpuCommunicator
 from cgc.runtime.comm import binding as B
+from cgc.runtime.comm.binding import Transport
 from cgc.runtime.comm.collective import CollectiveShapeError
 from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
 from cgc.runtime.comm.device_protocol import collective_plan
+from cgc.runtime.comm.factory import HostOptions, IpcOptions
 from cgc.runtime.comm.host_staging import HostStagingCommunicator
 from cgc.runtime.comm.sidechannel import ShmSideChannels, exchange
 from cgc.runtime.comm.testing import fake_hosts as FH
@@ -714,6 +716,24 @@ def test_factory_opens_each_transport(prefix):
         open_device_communicator("nccl", rank=0, world_size=1, prefix=prefix)
     with pytest.raises(SetupError, match="unknown communicator transport"):
         open_device_communicator("rdma", rank=0, world_size=1, prefix=prefix)
+    with pytest.raises(SetupError, match="takes HostOptions, not IpcOptions"):
+        open_device_communicator(Transport.CPU, rank=0, world_size=1, prefix=prefix,
+                                 options=IpcOptions())
+    with pytest.raises(SetupError, match="unique id"):
+        open_device_communicator("nccl", rank=0, world_size=1, prefix=prefix,
+                                 options=HostOptions())
+
+
+def test_options_for_each_transport():
+    from cgc.runtime.comm.factory import NcclOptions, options_for
+
+    assert options_for("nccl", unique_id=b"u", init_timeout=5) == NcclOptions(b"u", None, 5)
+    assert options_for("nccl") is None
+    assert options_for(Transport.CUDA_IPC, slot_bytes=64) == IpcOptions(2, 64)
+    assert options_for("host_staging", spin_us=3, init_timeout=7) == HostOptions(3, 7)
+    assert options_for("cpu_protocol") is None
+    with pytest.raises(SetupError, match="unknown communicator transport"):
+        options_for("rdma")
 
 
 class _FakeNccl:

@@ -7,8 +7,9 @@ paths run without a GPU. ``factory.open_device_communicator`` opens such a bindi
 ``cpu_transport.cpu_device_communicator``.
 
 Example:
-    >>> from cgc.runtime.comm.binding import Binding
-    >>> device_protocol_on_cpu({0: Binding("cpu", "no member has a GPU")})[0].transport
+    >>> from cgc.runtime.comm.binding import Binding, Transport
+    >>> b = device_protocol_on_cpu({0: Binding(Transport.CPU, "no member has a GPU")})
+    >>> str(b[0].transport)
     'cpu_protocol'
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cgc.runtime.comm.binding import DEVICE_PROTOCOL_ON_CPU_ENV, Binding
+from cgc.runtime.comm.binding import DEVICE_PROTOCOL_ON_CPU_ENV, Binding, Transport
 
 __all__ = ["device_protocol_on_cpu"]
 
@@ -28,6 +29,6 @@ def device_protocol_on_cpu(bindings: Mapping[int, Binding]) -> dict[int, Binding
 
     Example: see the module doc.
     """
-    return {cid: (Binding("cpu_protocol", f"{b.reason} (test mode "
+    return {cid: (Binding(Transport.CPU_PROTOCOL, f"{b.reason} (test mode "
                           f"{DEVICE_PROTOCOL_ON_CPU_ENV}=1: the device protocol on CPU)")
-                  if b.transport == "cpu" else b) for cid, b in bindings.items()}
+                  if b.transport is Transport.CPU else b) for cid, b in bindings.items()}
