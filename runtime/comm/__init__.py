@@ -5,15 +5,20 @@ One interface (``interface.Communicator``) and its implementations, one module e
 - ``cpu``              - ``CpuCommunicator``: NCCL's blocking semantics over shared-memory
   rings, for CPU-only runs and CI (every NCCL-scheduled plan also runs through it).
 - ``device_protocol``  - ``DeviceCommunicator``: the value protocol (headers, static edges,
-  errors as values, collective status) over a pluggable ``transport.DeviceTransport``.
+  errors as values, collective status words: ``CollectiveStatus``) over a transport.
+- ``transport``        - what moves the bytes under it, of one of two kinds:
+  ``PostingTransport`` (matched p2p posts: NCCL) or ``DescribingTransport`` (bytes placed,
+  then described in the header: CUDA IPC); ``GatheringTransport`` (collectives from pairs).
 - ``nccl``, ``nccl_lib`` - that protocol over NCCL (ctypes or cupy binding).
 - ``cuda_ipc``, ``cuda_ipc_devices`` - over CUDA IPC, for actors sharing one GPU.
 - ``torchdist``        - over a ``torch.distributed`` group the user already has.
 - ``host_staging``     - device tensors through a host communicator via pinned memory.
 - ``sidechannel``      - small host messages per ordered pair of ranks.
 - ``collective``       - what a collective computes (``ReduceOp``), the one rule for all.
-- ``binding``          - which transport each plan communicator gets, decided at start.
-- ``factory``          - ``open_device_communicator``: one call per member, in each actor.
+- ``binding``          - which transport (``Transport``) each plan communicator gets, decided
+  at start.
+- ``factory``          - ``open_device_communicator``: one call per member, in each actor,
+  with the transport's options (``NcclOptions``, ``IpcOptions``, ``HostOptions``).
 - ``warmup``           - a real transfer on every p2p pair before the first execution.
 - ``testing``          - the test stand-ins (the device protocol over CPU tensors, CUDA IPC
   over shared memory, fake NCCL hosts); never imported unless a test switch is on.

@@ -15,11 +15,14 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cgc.runtime.comm.binding import Transport
 from cgc.runtime.comm.interface import Communicator
 from cgc.runtime.errors import SetupError
+
+if TYPE_CHECKING:
+    from cgc.runtime.comm.device_protocol import CommStreams
 
 __all__ = ["open_device_communicator", "options_for", "NcclOptions", "IpcOptions",
            "HostOptions", "Options"]
@@ -106,7 +109,8 @@ def _transport(transport: Transport | str) -> Transport:
 
 
 def open_device_communicator(transport: Transport | str, *, rank: int, world_size: int,
-                             prefix: str, streams: Any = None, options: Options | None = None,
+                             prefix: str, streams: CommStreams | None = None,
+                             options: Options | None = None,
                              timeout: float | None = None, name: str = "") -> Communicator:
     """Open this member's end of a communicator bound to ``transport`` (see ``binding``;
     ``Transport.CPU_PROTOCOL`` is the test mode ``binding.DEVICE_PROTOCOL_ON_CPU_ENV`` turns

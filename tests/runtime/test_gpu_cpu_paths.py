@@ -845,3 +845,19 @@ def test_blocking_init_gives_up_at_its_deadline_and_reports_errors():
     with pytest.raises(RuntimeError, match="said no"):
         _blocking_init(boom, time.monotonic() + 10, None, "init")
     assert _blocking_init(lambda: 5, time.monotonic() + 10, None, "init") == 5
+
+
+def test_device_communicator_needs_a_transport_of_one_kind(prefix):
+    from cgc.runtime.comm.device_protocol import DeviceCommunicator
+    from cgc.runtime.comm.transport import GatheringTransport, PostingTransport
+
+    side = ShmSideChannels(prefix, 0, 1)
+    tr = ShmCpuTransport(prefix, 0, 1)
+    try:
+        assert isinstance(tr, PostingTransport)
+        tr.__class__ = type("NeitherKind", (GatheringTransport,), {})  # no p2p, no put
+        with pytest.raises(TypeError, match="PostingTransport or a DescribingTransport"):
+            DeviceCommunicator(tr, side)
+    finally:
+        tr.destroy(0)
+        side.close(linger=0)
