@@ -64,7 +64,7 @@ class LoopSetup(LoopState):
         gpu = None
         if self.opts.probe_gpu and self.my_comms():
             if self.opts.fake_hosts:  # before this process's first NCCL call
-                from cgc.runtime.comm.binding import apply_fake_hosts
+                from cgc.runtime.comm.testing.fake_hosts import apply_fake_hosts
 
                 apply_fake_hosts(f"{self.actor}-{self.gid}")
             from cgc.runtime.comm.binding import probe_gpu_uuid
@@ -138,7 +138,7 @@ class LoopSetup(LoopState):
         return [*ops[:first], rung, *ops[first + 1:]]
 
     def _open_comm(self, comm: pb.Communicator, timeout: float, uid: bytes | None) -> Any:
-        from cgc.runtime.comm.factory import open_device_communicator
+        from cgc.runtime.comm.factory import open_device_communicator, options_for
 
         transport = self.transports[comm.id]
         if transport != "cpu" and self.streams is None:
@@ -155,12 +155,13 @@ class LoopSetup(LoopState):
         sizes = [_spec_nbytes(ch) or ring_slot_bytes(ch.slot_bytes, self.slot_bytes)
                  for ch in self.plan.lowered.channels
                  if ch.kind == pb.CHAN_NCCL and ch.communicator == comm.id]
+        options = options_for(transport, unique_id=uid, init_timeout=timeout,
+                              slot_bytes=max([*sizes, self.slot_bytes, 1 << 20]),
+                              spin_us=self.spin_us)
         return open_device_communicator(
             transport, rank=list(comm.members).index(self.actor), world_size=len(comm.members),
             prefix=communicator_prefix(self.prefix, comm.id), streams=self.streams,
-            unique_id=uid, slot_bytes=max([*sizes, self.slot_bytes, 1 << 20]),
-            init_timeout=timeout, name=f"communicator {comm.id} of {self.plan.name}",
-            spin_us=self.spin_us)
+            options=options, name=f"communicator {comm.id} of {self.plan.name}")
 
     def warm(self, timeout: float) -> None:
         """Send one PING through every host edge this actor touches; warm each communicator

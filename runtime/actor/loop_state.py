@@ -31,7 +31,7 @@ class LoopOptions:
         spin_us: busy-wait before a channel wait sleeps.
         slot_bytes: initial slot size for channels whose plan entry names none.
         fake_hosts: test-only: this actor joins NCCL as a host of its own
-            (``cgc.runtime.comm.binding.apply_fake_hosts``).
+            (``cgc.runtime.comm.testing.fake_hosts.apply_fake_hosts``).
         probe_gpu: report this actor's GPU in round 1 (False: no GPU transport possible).
         trace: record a time slice per op (``cgc.runtime.trace``).
         torch_profile: directory for a torch profiler trace of the loop ("" = off).

@@ -5,17 +5,23 @@ One interface (``interface.Communicator``) and its implementations, one module e
 - ``cpu``              - ``CpuCommunicator``: NCCL's blocking semantics over shared-memory
   rings, for CPU-only runs and CI (every NCCL-scheduled plan also runs through it).
 - ``device_protocol``  - ``DeviceCommunicator``: the value protocol (headers, static edges,
-  errors as values, collective status) over a pluggable ``transport.DeviceTransport``.
+  errors as values, collective status words: ``CollectiveStatus``) over a transport.
+- ``transport``        - what moves the bytes under it, of one of two kinds:
+  ``PostingTransport`` (matched p2p posts: NCCL) or ``DescribingTransport`` (bytes placed,
+  then described in the header: CUDA IPC); ``GatheringTransport`` (collectives from pairs).
 - ``nccl``, ``nccl_lib`` - that protocol over NCCL (ctypes or cupy binding).
 - ``cuda_ipc``, ``cuda_ipc_devices`` - over CUDA IPC, for actors sharing one GPU.
 - ``torchdist``        - over a ``torch.distributed`` group the user already has.
 - ``host_staging``     - device tensors through a host communicator via pinned memory.
-- ``cpu_transport``    - the device protocol over CPU tensors (a test mode, see ``binding``).
 - ``sidechannel``      - small host messages per ordered pair of ranks.
 - ``collective``       - what a collective computes (``ReduceOp``), the one rule for all.
-- ``binding``          - which transport each plan communicator gets, decided at start.
-- ``factory``          - ``open_device_communicator``: one call per member, in each actor.
+- ``binding``          - which transport (``Transport``) each plan communicator gets, decided
+  at start.
+- ``factory``          - ``open_device_communicator``: one call per member, in each actor,
+  with the transport's options (``NcclOptions``, ``IpcOptions``, ``HostOptions``).
 - ``warmup``           - a real transfer on every p2p pair before the first execution.
+- ``testing``          - the test stand-ins (the device protocol over CPU tensors, CUDA IPC
+  over shared memory, fake NCCL hosts); never imported unless a test switch is on.
 
 Nothing here imports cupy, NCCL or CUDA when the package is imported; each module loads
 what it needs when used, so CPU-only machines import and test all of it.
@@ -37,8 +43,8 @@ Example:
     >>> ts = [threading.Thread(target=member, args=(r,)) for r in range(2)]
     >>> for t in ts: t.start()
     >>> for t in ts: t.join()
-    >>> out
-    {0: [3], 1: [3]}
+    >>> sorted(out.items())
+    [(0, [3]), (1, [3])]
 """
 
 from __future__ import annotations

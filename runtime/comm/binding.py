@@ -14,26 +14,27 @@ some have a GPU, some none                         ``host_staging``  SetupError
 no member has a GPU                                ``cpu``          SetupError
 =================================================  ===============  ======================
 
-"cpu" gives ``cpu`` everywhere. With ``CGC_TEST_DEVICE_PROTOCOL=1`` (CI: no GPU) every
-``cpu`` binding becomes ``cpu_protocol``: the device communicators' protocol (headers,
-static edges, errors as values, native collectives) over CPU tensors, so the executor's
-device paths run without a GPU. With fake hosts (``CGC_NCCL_FAKE_HOSTS=1``, tests on one
-GPU) every all-GPU communicator gets ``nccl``: each actor calls ``apply_fake_hosts(name)``
-before its first NCCL call, so NCCL sees one "host" per rank and accepts two ranks on one
-device over sockets (slow, correct). Each ``Binding`` has a one-line ``reason`` for
-``cgc run`` to print and for the graph's bindings.
+"cpu" gives ``cpu`` everywhere. Two test switches (environment variables; what they turn
+on lives in ``cgc.runtime.comm.testing``, imported only when one is set): with
+``CGC_TEST_DEVICE_PROTOCOL=1`` (CI: no GPU) every ``cpu`` binding becomes ``cpu_protocol``
+(``testing.cpu_protocol``), so the executor's device paths run without a GPU; with fake
+hosts (``CGC_NCCL_FAKE_HOSTS=1``, tests on one GPU) every all-GPU communicator gets
+``nccl`` and each actor joins NCCL as a host of its own (``testing.fake_hosts``). Each
+``Binding`` has a one-line ``reason`` for ``cgc run`` to print and for the graph's
+bindings.
 
 ``probe_gpu_uuid()`` is what an actor reports at set-up.
 
 Example:
     >>> b = bind_communicators({0: [("n1", "GPU-a"), ("n1", "GPU-a")],
     ...                         1: [("n1", "GPU-a"), ("n1", "GPU-b")]})
-    >>> b[0].transport, b[1].transport
-    ('cuda_ipc', 'nccl')
+    >>> b[0].transport is Transport.CUDA_IPC, b[1].transport == "nccl"
+    (True, True)
 """
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -41,12 +42,32 @@ from typing import NamedTuple
 from cgc.plan_schema.errors import ConfigError
 from cgc.runtime.errors import SetupError
 
-__all__ = ["Binding", "TRANSPORTS", "CHOICES", "bind_communicators", "probe_gpu_uuid",
-           "fake_hosts_enabled", "fake_host_env", "apply_fake_hosts", "FAKE_HOSTS_ENV",
-           "DEVICE_PROTOCOL_ON_CPU_ENV"]
+__all__ = ["Binding", "Transport", "TRANSPORTS", "CHOICES", "bind_communicators", "probe_gpu_uuid",
+           "fake_hosts_enabled", "FAKE_HOSTS_ENV", "DEVICE_PROTOCOL_ON_CPU_ENV"]
 
-TRANSPORTS = ("nccl", "cuda_ipc", "host_staging", "cpu")
+
+
+class Transport(enum.StrEnum):
+    """What a plan communicator is bound to; each member is its plain name (``"nccl"`` ==
+    ``Transport.NCCL``), so bindings compare, print and serialize as the names do.
+
+    Example:
+        >>> Transport("cuda_ipc") is Transport.CUDA_IPC, f"{Transport.NCCL}"
+        (True, 'nccl')
+    """
+
+    NCCL = "nccl"
+    CUDA_IPC = "cuda_ipc"
+    HOST_STAGING = "host_staging"
+    CPU = "cpu"
+    #: Test mode only (``DEVICE_PROTOCOL_ON_CPU_ENV``; ``testing.cpu_protocol``).
+    CPU_PROTOCOL = "cpu_protocol"
+
+
+#: The transports a plan is bound to outside the test modes.
+TRANSPORTS = (Transport.NCCL, Transport.CUDA_IPC, Transport.HOST_STAGING, Transport.CPU)
 CHOICES = ("auto", "cpu", "nccl")
+#: The test switches (module doc): "1" turns a test mode of ``cgc.runtime.comm.testing`` on.
 FAKE_HOSTS_ENV = "CGC_NCCL_FAKE_HOSTS"
 DEVICE_PROTOCOL_ON_CPU_ENV = "CGC_TEST_DEVICE_PROTOCOL"
 
@@ -54,7 +75,7 @@ DEVICE_PROTOCOL_ON_CPU_ENV = "CGC_TEST_DEVICE_PROTOCOL"
 class Binding(NamedTuple):
     """The transport of one communicator and why."""
 
-    transport: str
+    transport: Transport
     reason: str
 
 
@@ -75,7 +96,7 @@ def bind_one(members: Sequence[tuple[str, str | None]], choice: str = "auto",
     if not members:
         raise SetupError(f"{name} has no members")
     if choice == "cpu":
-        return Binding("cpu", "communicator='cpu' was requested")
+        return Binding(Transport.CPU, "communicator='cpu' was requested")
     uuids = [g for _, g in members]
     nodes = sorted({n for n, _ in members})
     spans = f" across {len(nodes)} nodes" if len(nodes) > 1 else ""
@@ -86,26 +107,26 @@ def bind_one(members: Sequence[tuple[str, str | None]], choice: str = "auto",
         if choice == "nccl":
             raise SetupError(f"{name}: communicator='nccl' but {why}")
         if not any(have):
-            return Binding("cpu", why)
+            return Binding(Transport.CPU, why)
         note = "; the CPU communicator is single-node" if spans else ""
-        return Binding("host_staging", f"{why}: tensors staged through pinned host memory"
-                                       f"{note}")
+        return Binding(Transport.HOST_STAGING,
+                       f"{why}: tensors staged through pinned host memory{note}")
     gpus = [(n, g) for n, g in members]  # a real UUID is unique; the pair covers fallbacks
     distinct = len(set(gpus)) == len(gpus)
     if distinct:
-        return Binding("nccl", f"every member on its own GPU{spans}")
+        return Binding(Transport.NCCL, f"every member on its own GPU{spans}")
     if fake_hosts:
-        return Binding("nccl", f"test mode {FAKE_HOSTS_ENV}=1: ranks sharing a GPU join NCCL "
-                               "as separate hosts over sockets")
+        return Binding(Transport.NCCL, f"test mode {FAKE_HOSTS_ENV}=1: ranks sharing a GPU "
+                                       "join NCCL as separate hosts over sockets")
     if choice == "nccl":
         raise SetupError(f"{name}: communicator='nccl' but members share a GPU "
                          f"({_gpus(members)}); NCCL refuses two ranks on one device - "
                          "use communicator='auto' (CUDA IPC between actors on one GPU)")
     if len(set(gpus)) == 1:
-        return Binding("cuda_ipc", f"all {len(members)} members on GPU {uuids[0]}")
-    return Binding("host_staging", f"some members share a GPU and some do not "
-                                   f"({_gpus(members)}): tensors staged through pinned host "
-                                   "memory")
+        return Binding(Transport.CUDA_IPC, f"all {len(members)} members on GPU {uuids[0]}")
+    return Binding(Transport.HOST_STAGING, f"some members share a GPU and some do not "
+                                           f"({_gpus(members)}): tensors staged through "
+                                           "pinned host memory")
 
 
 def bind_communicators(comms: Mapping[int, Sequence[tuple[str, str | None]]],
@@ -125,34 +146,15 @@ def bind_communicators(comms: Mapping[int, Sequence[tuple[str, str | None]]],
     out = {cid: bind_one(comms[cid], choice, fake_hosts, f"communicator {cid}")
            for cid in sorted(comms)}
     if os.environ.get(DEVICE_PROTOCOL_ON_CPU_ENV, "") == "1":
-        out = {cid: (Binding("cpu_protocol", f"{b.reason} (test mode "
-                             f"{DEVICE_PROTOCOL_ON_CPU_ENV}=1: the device protocol on CPU)")
-                     if b.transport == "cpu" else b) for cid, b in out.items()}
+        from cgc.runtime.comm.testing.cpu_protocol import device_protocol_on_cpu
+
+        out = device_protocol_on_cpu(out)
     return out
 
 
 def fake_hosts_enabled() -> bool:
     """True when the test-only fake-hosts mode is on (``CGC_NCCL_FAKE_HOSTS=1``)."""
     return os.environ.get(FAKE_HOSTS_ENV, "") == "1"
-
-
-def fake_host_env(tag: str) -> dict[str, str]:
-    """The NCCL environment that makes this process a host of its own named ``tag``.
-
-    Example:
-        >>> fake_host_env("w0")["NCCL_HOSTID"]
-        'cgc-fake-w0'
-    """
-    return {"NCCL_HOSTID": f"cgc-fake-{tag}", "NCCL_P2P_DISABLE": "1",
-            "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}
-
-
-def apply_fake_hosts(tag: str) -> dict[str, str]:
-    """Set ``fake_host_env(tag)`` in this process (call before its first NCCL call, i.e.
-    in the set-up probe: NCCL caches most of these settings). Returns what was set."""
-    env = fake_host_env(tag)
-    os.environ.update(env)
-    return env
 
 
 def probe_gpu_uuid() -> str | None:

@@ -2,7 +2,7 @@
 
 NCCL refuses two ranks on one device, so actors placed on the same GPU (``num_gpus=0.5``)
 move tensors through buffers one process exports and the other maps. ``IpcTransport`` is
-a *describing* ``DeviceTransport`` (see ``transport``): ``CudaIpcCommunicator`` is the
+a ``DescribingTransport`` (see ``transport``): ``CudaIpcCommunicator`` is the
 one device protocol (``protocol.DeviceCommunicator``: headers, errors as values, static
 edges, collective agreement) over it, as ``NcclCommunicator`` is over NCCL.
 
@@ -44,8 +44,8 @@ Collectives gather every rank's input over the same slots and reduce on the comm
 (``GatheringTransport``): on one GPU the N-fold copies run at device-memory bandwidth.
 
 The device calls go through an ``IpcDevice`` (``cgc.runtime.comm.cuda_ipc_devices``):
-``CudaIpcDevice`` (cupy.cuda.runtime) on GPUs, ``ShmIpcDevice`` (shared-memory segments,
-synchronous copies) in CPU tests.
+``CudaIpcDevice`` (cupy.cuda.runtime) on GPUs, ``testing.shm_ipc_device.ShmIpcDevice``
+(shared-memory segments, synchronous copies) in CPU tests.
 
 Example::
 
@@ -58,15 +58,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
-from cgc.runtime.comm.cuda_ipc_devices import CudaIpcDevice, IpcDevice, ShmIpcDevice
-from cgc.runtime.comm.device_protocol import DeviceCommunicator
+from cgc.runtime.comm.cuda_ipc_devices import CudaIpcDevice, IpcDevice
+from cgc.runtime.comm.device_protocol import CommStreams, DeviceCommunicator
 from cgc.runtime.comm.sidechannel import SharedSide, SideChannels, SideFactory, open_side
-from cgc.runtime.comm.transport import GatheringTransport
+from cgc.runtime.comm.transport import DescribingTransport, GatheringTransport
 from cgc.runtime.gpu.streams import actor_streams
 from cgc.runtime.gpu.tensors import TensorMeta, is_cuda_tensor, torch_dtype
 
@@ -110,7 +110,7 @@ class _In:
         self.expected: tuple[int, int, tuple[int, ...]] | None = None  # (n, k, offsets)
 
 
-class IpcTransport(GatheringTransport):
+class IpcTransport(GatheringTransport, DescribingTransport):
     """Rank ``rank`` of a CUDA IPC transport (see module doc).
 
     Args:
@@ -122,9 +122,7 @@ class IpcTransport(GatheringTransport):
         is_device: which objects move as device tensors.
     """
 
-    describes: ClassVar[bool] = True
-
-    def __init__(self, rank: int, world_size: int, *, side: SharedSide, streams: Any,
+    def __init__(self, rank: int, world_size: int, *, side: SharedSide, streams: CommStreams,
                  device: IpcDevice, slots: int = 2, slot_bytes: int = 1 << 20,
                  timeout: float | None = None,
                  is_device: Callable[[Any], bool] = is_cuda_tensor, name: str = "") -> None:
@@ -368,8 +366,7 @@ class IpcTransport(GatheringTransport):
                     _quiet(dev.destroy_event, ev)
                 for ev in o.peer_events or ():
                     _quiet(dev.destroy_event, ev)
-            if isinstance(dev, ShmIpcDevice):
-                dev.release()
+            dev.release()
         finally:
             self._in.clear()
             self._out.clear()

@@ -2,30 +2,24 @@
 
 ``IpcDevice`` is what the protocol needs: exportable buffers and interprocess events named by
 handles that another process opens, device copies and stream waits. ``CudaIpcDevice`` runs
-them on a GPU through ``cupy.cuda.runtime``; ``ShmIpcDevice`` stands in for the GPU in CPU
-tests (buffers are shared-memory segments, copies are synchronous, events do nothing), so the
-protocol itself runs in CI.
+them on a GPU through ``cupy.cuda.runtime``; the test stand-in that runs the protocol in CI
+without a GPU is ``cgc.runtime.comm.testing.shm_ipc_device.ShmIpcDevice``.
 
-Example:
-    >>> dev = ShmIpcDevice("cgc-doc-ipc-", rank=0)
-    >>> ptr, handle = dev.alloc(4096)
-    >>> handle
-    b'cgc-doc-ipc-m0-0'
-    >>> dev.release()
+Example::
+
+    dev = CudaIpcDevice(0)
+    ptr, handle = dev.alloc(4096)      # another process: dev.open(handle)
 """
 
 from __future__ import annotations
 
 import abc
-import ctypes
 import threading
 from typing import Any
 
-from cgc.runtime.channels.errors import ChannelError
-from cgc.runtime.channels.shm import Segment
 from cgc.runtime.gpu.streams import SYNC_COUNTER
 
-__all__ = ["IpcDevice", "CudaIpcDevice", "ShmIpcDevice"]
+__all__ = ["IpcDevice", "CudaIpcDevice"]
 
 
 class IpcDevice(abc.ABC):
@@ -69,6 +63,11 @@ class IpcDevice(abc.ABC):
     @abc.abstractmethod
     def sync_event(self, ev: Any) -> None:
         """CPU wait for ``ev`` (rare paths only; counted in ``SYNC_COUNTER``)."""
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Release whatever the device still holds (teardown, after every buffer, mapping
+        and event the transport knows of was freed)."""
 
 
 class CudaIpcDevice(IpcDevice):
@@ -133,60 +132,5 @@ class CudaIpcDevice(IpcDevice):
         SYNC_COUNTER.note("ipc slot regrowth")
         self.rt.eventSynchronize(ev)
 
-
-class ShmIpcDevice(IpcDevice):
-    """``IpcDevice`` for CPU tests: buffers are shared-memory segments named
-    ``<prefix>m<rank>-<n>`` (handles are their names), copies are synchronous ``memmove``,
-    events do nothing."""
-
-    def __init__(self, prefix: str, rank: int) -> None:
-        self.prefix, self.rank = prefix, rank
-        self._n = 0
-        self._segs: dict[int, Segment] = {}
-
-    def alloc(self, nbytes: int) -> tuple[int, bytes]:
-        name = f"{self.prefix}m{self.rank}-{self._n}"
-        self._n += 1
-        seg = Segment.create(name, nbytes)
-        self._segs[seg.addr] = seg
-        return seg.addr, name.encode()
-
-    def free(self, ptr: int) -> None:
-        self._segs.pop(ptr).close()
-
-    def open(self, handle: bytes) -> int:
-        name = handle.decode()
-        if not name.startswith(self.prefix):
-            raise ChannelError(f"IPC handle {name!r} is not under {self.prefix!r}")
-        seg = Segment.attach(name)
-        self._segs[seg.addr] = seg
-        return seg.addr
-
-    close = free
-
-    def new_event(self) -> tuple[Any, bytes]:
-        return None, b""
-
-    def open_event(self, handle: bytes) -> Any:
-        return None
-
-    def destroy_event(self, ev: Any) -> None:
-        return None
-
-    def record(self, ev: Any, stream: int) -> None:
-        return None
-
-    def wait(self, stream: int, ev: Any) -> None:
-        return None
-
-    def copy(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        ctypes.memmove(dst, src, nbytes)
-
-    def sync_event(self, ev: Any) -> None:
-        return None
-
     def release(self) -> None:
-        """Unmap/unlink whatever is left (teardown)."""
-        for seg in list(self._segs.values()):
-            seg.close()
-        self._segs.clear()
+        """Nothing: the transport freed every buffer, mapping and event already."""

@@ -23,9 +23,11 @@ hold device tensors. It owns the *protocol*; a ``DeviceTransport`` owns the *byt
   every member; host values on every member reduce locally (the CPU communicator's
   semantics); otherwise one native collective runs on the transport.
 
-A *describing* transport (CUDA IPC; see ``transport``) turns the p2p order around: a
+A ``DescribingTransport`` (CUDA IPC; see ``transport``) turns the p2p order around: a
 send's bytes are queued first and the header says where they are (``ext``); a receive is
-posted after its header is read, on static edges too, and an error needs no dummy.
+posted after its header is read, on static edges too, and an error needs no dummy. The
+communicator picks the order once, by its transport's kind (``PostingTransport`` or
+``DescribingTransport``).
 
 Every wait has the caller's ``timeout`` (or the communicator's default) and polls the
 transport's health (``check``, e.g. NCCL async errors) while it waits; ``abort()`` from any
@@ -34,12 +36,13 @@ thread wakes every waiter with ``ChannelClosedError`` and aborts the transport.
 ``last_event`` is the comm-stream event of the latest op that moved device data (None if
 none); see ``streams`` for how the executor uses it.
 
-The same protocol code runs in CI on CPU with ``cpu_transport.ShmCpuTransport`` (CPU torch
+The same protocol code runs in CI on CPU with ``testing.cpu_transport.ShmCpuTransport`` (CPU torch
 tensors standing in for device tensors, bytes through shared memory).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,8 +50,8 @@ from cgc.runtime.channels.errors import ChannelClosedError, ChannelError, ErrorV
 from cgc.runtime.comm.collective import ReduceOp, combine, scatter_rows
 from cgc.runtime.comm.interface import Communicator
 from cgc.runtime.comm.sidechannel import SideChannels, exchange
-from cgc.runtime.comm.transport import DeviceTransport
-from cgc.runtime.gpu.streams import NullStreams, wait_event
+from cgc.runtime.comm.transport import DescribingTransport, DeviceTransport, PostingTransport
+from cgc.runtime.gpu.streams import ActorStreams, NullStreams, wait_event
 from cgc.runtime.gpu.tensors import (
     STATUS_ERROR,
     Header,
@@ -62,10 +65,15 @@ from cgc.runtime.gpu.tensors import (
     torch_dtype,
 )
 
-__all__ = ["DeviceCommunicator", "collective_plan", "comm_ready", "header_for"]
+__all__ = ["CommStreams", "CollectiveStatus", "DeviceCommunicator", "collective_plan", "comm_ready",
+           "header_for"]
 
 
-def comm_ready(streams: Any, tensors: Sequence[Any]) -> list[Any]:
+#: The streams a device communicator runs on: the actor's (CUDA) or none (CPU).
+CommStreams = ActorStreams | NullStreams
+
+
+def comm_ready(streams: CommStreams, tensors: Sequence[Any]) -> list[Any]:
     """``tensors`` contiguous and readable on ``streams``' comm stream (strided ones are
     copied there), after the comm stream waited for the compute stream that produced them.
 
@@ -101,13 +109,30 @@ def header_for(value: Any, tag: str, is_device: Callable[[Any], bool],
             communicator=where), tag), []
 
 
-def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str, Any]:
+class CollectiveStatus(enum.StrEnum):
+    """What a member contributes to a collective: the first word of the status it sends
+    every other member before it (``DeviceCommunicator._status``), and the kind of answer
+    ``collective_plan`` gives. The plain value travels (``.value``: the wire is unchanged).
+
+    Example:
+        >>> CollectiveStatus("err") is CollectiveStatus.ERROR
+        True
+    """
+
+    DEVICE = "dev"  # a device tensor: its TensorMeta
+    ERROR = "err"  # an ErrorValue: every member's result
+    HOST = "host"  # a host value (has shape and dtype): reduced on every member
+    BAD = "bad"  # anything else: its type name (TypeError on every member)
+
+
+def collective_plan(statuses: Sequence[tuple[str, Any]], kind: str,
+                    world: int) -> tuple[CollectiveStatus, Any]:
     """Decide a collective from every member's status word; the same answer on every rank.
 
-    Status words: ``("dev", TensorMeta)``, ``("err", ErrorValue)``, ``("host", value)``,
-    ``("bad", type name)``.
+    Status words (``CollectiveStatus`` values): ``("dev", TensorMeta)``,
+    ``("err", ErrorValue)``, ``("host", value)``, ``("bad", type name)``.
 
-    Returns ``("error", ErrorValue)``, ``("host", [values])``, ``("dev", TensorMeta)``.
+    Returns ``(ERROR, ErrorValue)``, ``(HOST, [values])``, ``(DEVICE, TensorMeta)``.
 
     Raises:
         ValueError: device inputs differ in shape/dtype. CollectiveShapeError:
@@ -117,23 +142,25 @@ def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str
     Example:
         >>> from cgc.runtime.gpu.tensors import TensorMeta
         >>> m = TensorMeta((4,), "float32", 16)
-        >>> collective_plan([("dev", m), ("dev", m)], "allreduce", 2)[0]
-        'dev'
+        >>> collective_plan([("dev", m), ("dev", m)], "allreduce", 2)[0] == "dev"
+        True
     """
+    dev_, err_, host_, bad_ = (CollectiveStatus.DEVICE, CollectiveStatus.ERROR,
+                               CollectiveStatus.HOST, CollectiveStatus.BAD)
     for kind_, payload in statuses:
-        if kind_ == "err":
-            return "error", payload
+        if kind_ == err_:
+            return err_, payload
     real = list(enumerate(statuses))
-    bad = [(r, s[1]) for r, s in real if s[0] == "bad"]
+    bad = [(r, s[1]) for r, s in real if s[0] == bad_]
     if bad:
         r, what = bad[0]
         raise TypeError(f"{kind}: rank {r} contributed a {what}, not a tensor or array")
     kinds = {s[0] for _, s in real}
-    if kinds == {"host"}:
-        return "host", [s[1] for s in statuses]
-    if kinds != {"dev"}:
-        dev = [r for r, s in real if s[0] == "dev"]
-        host = [r for r, s in real if s[0] == "host"]
+    if kinds == {host_}:
+        return host_, [s[1] for s in statuses]
+    if kinds != {dev_}:
+        dev = [r for r, s in real if s[0] == dev_]
+        host = [r for r, s in real if s[0] == host_]
         raise TypeError(f"{kind}: ranks {dev} contributed device tensors and ranks {host} "
                         "host values; a collective needs one kind on every member")
     metas = [s[1] for _, s in real]
@@ -144,24 +171,37 @@ def collective_plan(statuses: Sequence[Any], kind: str, world: int) -> tuple[str
                              f"{first.shape}/{first.dtype}, rank {r} has {m.shape}/{m.dtype}")
     if kind.startswith("reducescatter"):
         scatter_rows(first.shape, world)
-    return "dev", first
+    return dev_, first
 
 
 class DeviceCommunicator(Communicator):
     """Rank ``transport.rank`` of a device communicator (see module doc).
 
     Args:
-        transport: moves the bytes (NCCL, torch.distributed, or the CPU stand-in).
+        transport: moves the bytes: a ``PostingTransport`` (NCCL, torch.distributed, the
+            CPU stand-in) or a ``DescribingTransport`` (CUDA IPC).
         side: this rank's side-channels (same group, same rank).
         streams: the actor's ``ActorStreams`` (``NullStreams`` on CPU).
         name: for messages ("g3" or the plan communicator's name).
         timeout: default for calls that pass ``timeout=None`` (None: wait until closed).
+
+    Raises:
+        ValueError: side-channels and transport disagree on rank or world size.
+        TypeError: the transport is of neither kind.
     """
 
-    def __init__(self, transport: DeviceTransport, side: SideChannels, streams: Any = None,
-                 *, name: str = "", timeout: float | None = None) -> None:
+    def __init__(self, transport: DeviceTransport, side: SideChannels,
+                 streams: CommStreams | None = None, *, name: str = "",
+                 timeout: float | None = None) -> None:
         if side.rank != transport.rank or side.world_size != transport.world_size:
             raise ValueError("side-channels and transport disagree on rank/world size")
+        # The transport's kind, once: exactly one of these is the transport (module doc).
+        self._posting = transport if isinstance(transport, PostingTransport) else None
+        self._describing = (transport if isinstance(transport, DescribingTransport)
+                            else None)
+        if (self._posting is None) == (self._describing is None):
+            raise TypeError(f"{type(transport).__name__} must be a PostingTransport or a "
+                            "DescribingTransport")
         self.transport = transport
         self.side = side
         self.streams = streams if streams is not None else NullStreams()
@@ -264,9 +304,9 @@ class DeviceCommunicator(Communicator):
     def _send(self, value: Any, peer: int, timeout: float | None, shape: Any,
               dtype: Any) -> None:
         smeta = self._static_meta(shape, dtype) if shape is not None and dtype else None
-        tr = self.transport
-        hdr, tensors = header_for(value, "p2p", tr.is_device, smeta, self.name)
-        if tr.describes:
+        hdr, tensors = header_for(value, "p2p", self.transport.is_device, smeta, self.name)
+        tr = self._posting
+        if tr is None:
             self._send_described(hdr, tensors, peer, timeout)
             return
         self.side.send(peer, hdr, timeout)
@@ -284,8 +324,8 @@ class DeviceCommunicator(Communicator):
                         timeout: float | None) -> None:
         """A describing transport's send: the bytes first, then the header saying where
         they are. An error needs no dummy: the receiver reads the header before posting."""
-        if tensors and hdr.status != STATUS_ERROR:
-            tr = self.transport
+        tr = self._describing
+        if tensors and hdr.status != STATUS_ERROR and tr is not None:
             tr.reserve(peer, timeout, self._poll)
             hdr = hdr._replace(ext=tr.put(peer, self._ready(tensors)))
         self.side.send(peer, hdr, timeout)
@@ -307,9 +347,9 @@ class DeviceCommunicator(Communicator):
             self._busy -= 1
 
     def _recv(self, peer: int, shape: Any, dtype: Any, timeout: float | None) -> Any:
-        tr = self.transport
+        tr = self._posting
         meta = self._static_meta(shape, dtype) if shape is not None and dtype else None
-        if meta is not None and not tr.describes:
+        if meta is not None and tr is not None:
             (out,) = self._alloc([meta])
             if meta.nbytes:
                 tr.p2p((), [(as_bytes(out), peer)])  # posted before the header is read
@@ -326,12 +366,14 @@ class DeviceCommunicator(Communicator):
             self._check_static(hdr, meta, peer)
         if not hdr.metas:  # a host value: no stream, no transport (a stream context costs µs)
             return open_header(hdr, [])
-        if tr.describes:
-            tr.expect(peer, hdr.ext, timeout, self._poll)
+        described = self._describing
+        if described is not None:
+            described.expect(peer, hdr.ext, timeout, self._poll)
             tensors = self._alloc(hdr.metas)
-            tr.take(peer, tensors)
+            described.take(peer, tensors)
             self._finish(tensors)
             return open_header(hdr, tensors)
+        assert tr is not None  # exactly one of the two kinds (__init__)
         tensors = self._alloc(hdr.metas)
         recvs = [(as_bytes(t), peer) for t, m in zip(tensors, hdr.metas, strict=True)
                  if m.nbytes]
@@ -347,15 +389,17 @@ class DeviceCommunicator(Communicator):
 
     # ---------------------------------------------------------------- collectives
     def _status(self, value: Any) -> tuple[str, Any]:
+        """This member's status word (a ``CollectiveStatus`` value, as it travels)."""
         if type(value) is ErrorValue:
-            return "err", value
+            return CollectiveStatus.ERROR.value, value
         if self.transport.is_device(value):
-            return "dev", tensor_meta(value)
+            return CollectiveStatus.DEVICE.value, tensor_meta(value)
         if hasattr(value, "shape") and hasattr(value, "dtype"):
-            return "host", value
-        return "bad", type(value).__name__
+            return CollectiveStatus.HOST.value, value
+        return CollectiveStatus.BAD.value, type(value).__name__
 
-    def _agree(self, tag: str, value: Any, timeout: float | None) -> tuple[str, Any]:
+    def _agree(self, tag: str, value: Any,
+               timeout: float | None) -> tuple[CollectiveStatus, Any]:
         mine = self._status(value)
         words = exchange(self.side, (tag, mine), timeout, self._poll)
         for r, (t, _) in enumerate(words):
@@ -369,9 +413,9 @@ class DeviceCommunicator(Communicator):
         self._enter()
         try:
             how, what = self._agree(tag, value, self._t(timeout))
-            if how == "error":
+            if how is CollectiveStatus.ERROR:
                 return what
-            if how == "host":  # every member gave host values: the host rule, here
+            if how is CollectiveStatus.HOST:  # every member gave host values: the host rule, here
                 return combine(tag.split(".", 1)[0], what, op, self.rank, self.world_size)
             unsupported = self.transport.unsupported(what.dtype, _tag_op(tag))
             if what.dtype == "bool" and tag.endswith(".avg"):
@@ -468,20 +512,20 @@ class DeviceCommunicator(Communicator):
         self._enter()
         try:
             if peers:
-                describes = self.transport.describes
-                bufs = self._alloc([one] * (1 if describes else len(peers) + 1))
+                posting, describing = self._posting, self._describing
+                bufs = self._alloc([one] * (1 if posting is None else len(peers) + 1))
                 src = bufs.pop()
                 with self.streams.comm_context():
                     src.zero_()
-                if describes:  # set up the pairs, then a value each way
-                    self.transport.connect(peers, timeout)
+                if describing is not None:  # set up the pairs, then a value each way
+                    describing.connect(peers, timeout)
                     for p in peers:
                         self._send(src, p, timeout, None, None)
                     for p in peers:
                         self._recv(p, None, None, timeout)
-                else:
-                    self.transport.p2p([(src, p) for p in peers],
-                                       list(zip(bufs, peers, strict=True)))
+                elif posting is not None:
+                    posting.p2p([(src, p) for p in peers],
+                                list(zip(bufs, peers, strict=True)))
             if collective:
                 (x,) = self._alloc([TensorMeta((1,), "float32", 4)])
                 with self.streams.comm_context():

@@ -33,7 +33,7 @@ from cgc.runtime.comm.collective import ReduceOp
 from cgc.runtime.comm.device_protocol import DeviceCommunicator
 from cgc.runtime.comm.nccl_lib import DTYPES, OPS, UINT8, NcclHandle, NcclLib, nccl_lib
 from cgc.runtime.comm.sidechannel import SideChannels, SideFactory, exchange, open_side
-from cgc.runtime.comm.transport import DeviceTransport
+from cgc.runtime.comm.transport import PostingTransport
 from cgc.runtime.errors import SetupError
 from cgc.runtime.gpu.streams import actor_streams
 from cgc.runtime.gpu.tensors import TensorMeta, is_cuda_tensor, torch_dtype
@@ -71,7 +71,7 @@ def nccl_dtype(dtype: str, op: ReduceOp | None) -> tuple[int, str | None, str | 
     return DTYPES[dtype], None, None
 
 
-class NcclTransport(DeviceTransport):
+class NcclTransport(PostingTransport):
     """Flat-byte NCCL ops of one rank on the actor's comm stream."""
 
     def __init__(self, lib: NcclLib, handle: NcclHandle, rank: int, world_size: int,

@@ -29,20 +29,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cgc.runtime.comm.collective import ReduceOp, scatter_part
-from cgc.runtime.comm.device_protocol import DeviceCommunicator
+from cgc.runtime.comm.device_protocol import CommStreams, DeviceCommunicator
 from cgc.runtime.comm.nccl import nccl_dtype
 from cgc.runtime.comm.sidechannel import SideChannels, SideFactory, open_side
-from cgc.runtime.comm.transport import DeviceTransport
+from cgc.runtime.comm.transport import PostingTransport
 from cgc.runtime.gpu.streams import NullStreams, actor_streams
 from cgc.runtime.gpu.tensors import TensorMeta, cpu_stand_in, is_cuda_tensor, torch_dtype
 
 __all__ = ["TorchDistTransport", "TorchDistCommunicator"]
 
 
-class TorchDistTransport(DeviceTransport):
+class TorchDistTransport(PostingTransport):
     """Bytes through a torch.distributed group (see module doc)."""
 
-    def __init__(self, group: Any, streams: Any,
+    def __init__(self, group: Any, streams: CommStreams,
                  is_device: Callable[[Any], bool] | None = None) -> None:
         import torch.distributed as dist
 
@@ -134,8 +134,8 @@ class TorchDistCommunicator(DeviceCommunicator):
 
     def __init__(self, group: Any = None, *, prefix: str | None = None,
                  side: SideChannels | None = None, side_factory: SideFactory | None = None,
-                 streams: Any = None, is_device: Callable[[Any], bool] | None = None,
-                 timeout: float | None = None, name: str = "") -> None:
+                 streams: CommStreams | None = None,
+                 is_device: Callable[[Any], bool] | None = None, timeout: float | None = None, name: str = "") -> None:
         import torch.distributed as dist
 
         if group is None:

@@ -1,17 +1,17 @@
 """The device transport interface: what moves tensor bytes under ``DeviceCommunicator``.
 
 A ``DeviceTransport`` owns the *bytes* of one rank of a group; the protocol (headers,
-errors as values, static edges, collective agreement: ``protocol.DeviceCommunicator``)
-is written once above it. Transports differ in one way the protocol must know about:
+errors as values, static edges, collective agreement: ``device_protocol.DeviceCommunicator``)
+is written once above it. Transports come in two kinds, one interface each, and the protocol
+picks its p2p order by the kind of its transport:
 
-- a **posting** transport (NCCL, torch.distributed, the CPU stand-in) needs nothing but
-  the two ranks' matching calls: a receive may be posted before its header is read (static
-  edges do that), a send is queued after its header is written;
-- a **describing** transport (CUDA IPC: ``describes = True``) places a send's bytes where
-  the receiver maps them and says where in the header: the protocol ``reserve``s room,
-  ``put``s the tensors and writes the header with the description ``put`` returned as
-  ``ext``; the receiver reads the header, hands its ``ext`` to ``expect``, allocates, and
-  ``take``s the tensors.
+- a ``PostingTransport`` (NCCL, torch.distributed, the CPU stand-in) needs nothing but
+  the two ranks' matching calls (``p2p``): a receive may be posted before its header is
+  read (static edges do that), a send is queued after its header is written;
+- a ``DescribingTransport`` (CUDA IPC) places a send's bytes where the receiver maps them
+  and says where in the header: the protocol ``reserve``s room, ``put``s the tensors and
+  writes the header with the description ``put`` returned as ``ext``; the receiver reads
+  the header, hands its ``ext`` to ``expect``, allocates, and ``take``s the tensors.
 
 ``GatheringTransport`` implements the three collectives for transports that can only move
 bytes between pairs: every rank's input to every rank (``_gather``), then the one host
@@ -27,16 +27,19 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from cgc.runtime.comm.collective import ReduceOp, reduce_values, scatter_part
 from cgc.runtime.gpu.tensors import TensorMeta
 
-__all__ = ["DeviceTransport", "GatheringTransport"]
+__all__ = ["DeviceTransport", "PostingTransport", "DescribingTransport",
+           "GatheringTransport"]
 
 
 class DeviceTransport(abc.ABC):
-    """Moves tensor bytes between the ranks of one group, in call order, on the comm stream.
+    """Moves tensor bytes between the ranks of one group, in call order, on the comm stream:
+    what both kinds share (module doc); an implementation is a ``PostingTransport`` or a
+    ``DescribingTransport``.
 
     Calls return once queued; completion is observed through stream events. Buffers are
     torch tensors (flat ``uint8`` for p2p; typed for reductions).
@@ -44,9 +47,6 @@ class DeviceTransport(abc.ABC):
 
     rank: int
     world_size: int
-    #: True for a describing transport (module doc): sends before their header, the
-    #: header's ``ext`` says where the bytes are, receives after the header is read.
-    describes: ClassVar[bool] = False
 
     @abc.abstractmethod
     def is_device(self, obj: Any) -> bool:
@@ -55,11 +55,6 @@ class DeviceTransport(abc.ABC):
     @abc.abstractmethod
     def empty(self, meta: TensorMeta) -> Any:
         """A new tensor to receive ``meta`` into (allocated on the current stream)."""
-
-    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
-        """One group of ``uint8`` sends ``(buf, peer)`` and receives ``(buf, peer)``.
-        Posting transports only (a describing one moves values with ``put``/``take``)."""
-        raise NotImplementedError(f"{type(self).__name__} is a describing transport")
 
     @abc.abstractmethod
     def allreduce(self, send: Any, recv: Any, op: ReduceOp) -> None:
@@ -80,42 +75,6 @@ class DeviceTransport(abc.ABC):
     def check(self) -> None:  # noqa: B027 - optional hook: most transports never fail late
         """Raise if the transport failed asynchronously (polled while waiting)."""
 
-    # Describing transports only (``describes``); the defaults serve posting ones.
-    def connect(self, peers: Sequence[int], timeout: float | None) -> None:  # noqa: B027
-        """Set up the pairs with ``peers`` now (every member calls it with symmetric
-        peers), so the first value pays nothing; posting transports connect by moving a
-        byte (``DeviceCommunicator.warm_up``)."""
-
-    def reserve(self, peer: int, timeout: float | None,  # noqa: B027
-                poll: Callable[[], None]) -> None:
-        """Wait until one more value may be queued to ``peer`` (bounded buffers).
-
-        Raises:
-            ChannelTimeoutError: no room within ``timeout`` s.
-        """
-
-    def put(self, peer: int, tensors: Sequence[Any]) -> Any:
-        """Queue one value's (contiguous) tensors to ``peer`` after ``reserve``; returns
-        where they are (the header's ``ext``). Describing transports only."""
-        raise NotImplementedError(f"{type(self).__name__} is not a describing transport")
-
-    def take(self, peer: int, tensors: Sequence[Any]) -> None:
-        """Receive one value's tensors from ``peer`` after ``expect``. Describing
-        transports only.
-
-        Raises:
-            ChannelError: they do not match the description ``expect`` took.
-        """
-        raise NotImplementedError(f"{type(self).__name__} is not a describing transport")
-
-    def expect(self, peer: int, ext: Any, timeout: float | None,  # noqa: B027
-               poll: Callable[[], None]) -> None:
-        """Take a header's ``ext`` from ``peer`` before its receives are posted.
-
-        Raises:
-            ChannelError: ``ext`` is malformed or out of order.
-        """
-
     @abc.abstractmethod
     def abort(self) -> None:
         """End any hang now (from any thread); later calls raise ChannelClosedError."""
@@ -126,10 +85,74 @@ class DeviceTransport(abc.ABC):
         wrote wait up to ``linger`` s for peers to take what is in them."""
 
 
+class PostingTransport(DeviceTransport):
+    """A transport that moves p2p bytes by matched posts on the two ranks (module doc);
+    it connects by moving a byte (``DeviceCommunicator.warm_up``).
+
+    Example: ``tr.p2p([(as_bytes(x), 1)], [])`` queues ``x``'s bytes to rank 1.
+    """
+
+    @abc.abstractmethod
+    def p2p(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]]) -> None:
+        """One group of ``uint8`` sends ``(buf, peer)`` and receives ``(buf, peer)``."""
+
+
+class DescribingTransport(DeviceTransport):
+    """A transport that places a value's bytes first and describes where in its header
+    (module doc): ``reserve``, ``put`` -> ext on the sender; ``expect(ext)``, ``take`` on
+    the receiver.
+
+    Example (rank 0 sends ``t`` to rank 1)::
+
+        tr.reserve(1, timeout, poll); ext = tr.put(1, [t])      # rank 0; ext -> header
+        tr.expect(0, ext, timeout, poll); tr.take(0, [out])      # rank 1
+    """
+
+    @abc.abstractmethod
+    def connect(self, peers: Sequence[int], timeout: float | None) -> None:
+        """Set up the pairs with ``peers`` now (every member calls it with symmetric
+        peers), so the first value pays nothing.
+
+        Raises:
+            ChannelTimeoutError: not done within ``timeout`` s.
+        """
+
+    @abc.abstractmethod
+    def reserve(self, peer: int, timeout: float | None, poll: Callable[[], None]) -> None:
+        """Wait until one more value may be queued to ``peer`` (bounded buffers).
+
+        Raises:
+            ChannelTimeoutError: no room within ``timeout`` s.
+        """
+
+    @abc.abstractmethod
+    def put(self, peer: int, tensors: Sequence[Any]) -> Any:
+        """Queue one value's (contiguous) tensors to ``peer`` after ``reserve``; returns
+        where they are (the header's ``ext``)."""
+
+    @abc.abstractmethod
+    def expect(self, peer: int, ext: Any, timeout: float | None,
+               poll: Callable[[], None]) -> None:
+        """Take a header's ``ext`` from ``peer`` before its receives are posted.
+
+        Raises:
+            ChannelError: ``ext`` is malformed or out of order.
+        """
+
+    @abc.abstractmethod
+    def take(self, peer: int, tensors: Sequence[Any]) -> None:
+        """Receive one value's tensors from ``peer`` after ``expect``.
+
+        Raises:
+            ChannelError: they do not match the description ``expect`` took.
+        """
+
+
 class GatheringTransport(DeviceTransport):
     """Collectives from pairwise moves: ``_gather`` gives every rank every input, then the
     one host rule reduces (CPU stand-in; CUDA IPC, where the N-fold copies on one GPU run
-    at device-memory bandwidth)."""
+    at device-memory bandwidth). Combined with either kind:
+    ``class IpcTransport(GatheringTransport, DescribingTransport)``."""
 
     @abc.abstractmethod
     def _gather(self, send: Any) -> list[Any]:

@@ -18,7 +18,7 @@ class Peer:
     """One actor = one rank. ``fake_host``: apply the NCCL fake-hosts env before any NCCL."""
 
     def __init__(self, fake_host: str | None = None) -> None:
-        from cgc.runtime.comm.binding import apply_fake_hosts
+        from cgc.runtime.comm.testing.fake_hosts import apply_fake_hosts
 
         if fake_host:
             apply_fake_hosts(fake_host)

@@ -31,13 +31,16 @@ from cgc.runtime.channels import (
 )
 from cgc.runtime.comm import CpuCommunicator
 from cgc.runtime.comm import binding as B
+from cgc.runtime.comm.binding import Transport
 from cgc.runtime.comm.collective import CollectiveShapeError
-from cgc.runtime.comm.cpu_transport import ShmCpuTransport, cpu_device_communicator
 from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
-from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
 from cgc.runtime.comm.device_protocol import collective_plan
+from cgc.runtime.comm.factory import HostOptions, IpcOptions
 from cgc.runtime.comm.host_staging import HostStagingCommunicator
 from cgc.runtime.comm.sidechannel import ShmSideChannels, exchange
+from cgc.runtime.comm.testing import fake_hosts as FH
+from cgc.runtime.comm.testing.cpu_transport import ShmCpuTransport, cpu_device_communicator
+from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
 from cgc.runtime.errors import SetupError
 from cgc.runtime.gpu.streams import SYNC_COUNTER, NullStreams, actor_streams, wait_event
 from cgc.runtime.gpu.tensors import (
@@ -208,12 +211,12 @@ def test_binding_fake_hosts_and_choices():
 
 
 def test_fake_host_env_is_distinct_per_actor(monkeypatch):
-    for k in B.fake_host_env("x"):
+    for k in FH.fake_host_env("x"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv(B.FAKE_HOSTS_ENV, "1")
     assert B.fake_hosts_enabled()
-    env = B.apply_fake_hosts("w1")
-    assert os.environ["NCCL_HOSTID"] == "cgc-fake-w1" != B.fake_host_env("w0")["NCCL_HOSTID"]
+    env = FH.apply_fake_hosts("w1")
+    assert os.environ["NCCL_HOSTID"] == "cgc-fake-w1" != FH.fake_host_env("w0")["NCCL_HOSTID"]
     assert env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == "1"
 
 
@@ -713,6 +716,24 @@ def test_factory_opens_each_transport(prefix):
         open_device_communicator("nccl", rank=0, world_size=1, prefix=prefix)
     with pytest.raises(SetupError, match="unknown communicator transport"):
         open_device_communicator("rdma", rank=0, world_size=1, prefix=prefix)
+    with pytest.raises(SetupError, match="takes HostOptions, not IpcOptions"):
+        open_device_communicator(Transport.CPU, rank=0, world_size=1, prefix=prefix,
+                                 options=IpcOptions())
+    with pytest.raises(SetupError, match="unique id"):
+        open_device_communicator("nccl", rank=0, world_size=1, prefix=prefix,
+                                 options=HostOptions())
+
+
+def test_options_for_each_transport():
+    from cgc.runtime.comm.factory import NcclOptions, options_for
+
+    assert options_for("nccl", unique_id=b"u", init_timeout=5) == NcclOptions(b"u", None, 5)
+    assert options_for("nccl") is None
+    assert options_for(Transport.CUDA_IPC, slot_bytes=64) == IpcOptions(2, 64)
+    assert options_for("host_staging", spin_us=3, init_timeout=7) == HostOptions(3, 7)
+    assert options_for("cpu_protocol") is None
+    with pytest.raises(SetupError, match="unknown communicator transport"):
+        options_for("rdma")
 
 
 class _FakeNccl:
@@ -824,3 +845,19 @@ def test_blocking_init_gives_up_at_its_deadline_and_reports_errors():
     with pytest.raises(RuntimeError, match="said no"):
         _blocking_init(boom, time.monotonic() + 10, None, "init")
     assert _blocking_init(lambda: 5, time.monotonic() + 10, None, "init") == 5
+
+
+def test_device_communicator_needs_a_transport_of_one_kind(prefix):
+    from cgc.runtime.comm.device_protocol import DeviceCommunicator
+    from cgc.runtime.comm.transport import GatheringTransport, PostingTransport
+
+    side = ShmSideChannels(prefix, 0, 1)
+    tr = ShmCpuTransport(prefix, 0, 1)
+    try:
+        assert isinstance(tr, PostingTransport)
+        tr.__class__ = type("NeitherKind", (GatheringTransport,), {})  # no p2p, no put
+        with pytest.raises(TypeError, match="PostingTransport or a DescribingTransport"):
+            DeviceCommunicator(tr, side)
+    finally:
+        tr.destroy(0)
+        side.close(linger=0)

@@ -17,8 +17,9 @@ from test_gpu_cpu_paths import run_ranks
 
 from cgc.runtime.channels import ChannelClosedError, ChannelError, ChannelTimeoutError
 from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator, IpcTransport
-from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
 from cgc.runtime.comm.device_protocol import DeviceCommunicator, header_for
+from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
+from cgc.runtime.comm.transport import DescribingTransport
 from cgc.runtime.gpu.streams import NullStreams
 from cgc.runtime.gpu.tensors import cpu_stand_in
 
@@ -39,7 +40,7 @@ def test_ipc_is_the_device_protocol_over_a_describing_transport(prefix):
     c0, c1 = _pair(prefix)
     try:
         assert isinstance(c0, DeviceCommunicator) and isinstance(c0.transport, IpcTransport)
-        assert c0.transport.describes
+        assert isinstance(c0.transport, DescribingTransport)
         c0.send(torch.arange(3.0), 1)
         # One FIFO per pair, sorted by kind: the protocol reads past the transport's hello
         # to its header; the transport finds the hello queued.

@@ -32,7 +32,7 @@ Variants (same call, interleaved per round):
 - ``nccl-eager`` / ``nccl-graph``: ncclSend/ncclRecv through cgc's ctypes binding
   (``cgc.runtime.comm.nccl_lib``), the transfer eager or captured with the compute. With
   ``--gpus 1`` (default) both ranks share GPU 0 in cgc's fake-hosts test mode
-  (``binding.fake_host_env``: sockets; slow, says nothing of NVLink); ``--gpus 2`` puts
+  (``testing.fake_hosts.fake_host_env``: sockets; slow, says nothing of NVLink); ``--gpus 2`` puts
   rank r on GPU r with NCCL's own transport (NVLink/P2P) - the run that decides whether
   NCCL transfers belong inside the runtime's captured regions. IPC variants share one GPU
   by definition, so ``--gpus 2`` takes NCCL variants only; ``nccl-eager`` is then the
@@ -523,7 +523,7 @@ class Side:
 def _worker(rank: int, ctl: Any, peer: Any, opts: dict[str, Any]) -> None:
     """A W or R process: set the NCCL environment first, then serve the driver's jobs."""
     if opts["nccl"] and opts["gpus"] == 1:  # two ranks on one GPU: NCCL's test mode
-        from cgc.runtime.comm.binding import fake_host_env
+        from cgc.runtime.comm.testing.fake_hosts import fake_host_env
 
         os.environ.update(fake_host_env(f"capxfer-{rank}"))
     os.environ["NCCL_NVLS_ENABLE"] = "0"

@@ -203,7 +203,7 @@ class CpuDevice:
     kind = "cpu"
 
     def __init__(self, prefix: str, rank: int) -> None:
-        from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
+        from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
 
         self.ipc = ShmIpcDevice(prefix, rank)
         self.alloc, self.open = self.ipc.alloc, self.ipc.open

@@ -92,7 +92,7 @@ class Hop:
         self.side = _TimedSide(ShmSideChannels(prefix, rank, 2))
         kw: dict[str, Any] = {}
         if self.device == "cpu":
-            from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
+            from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
 
             kw = {"device": ShmIpcDevice(prefix, rank),
                   "is_device": lambda x: isinstance(x, torch.Tensor)}

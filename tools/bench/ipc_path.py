@@ -26,7 +26,7 @@ def measure(iters: int, nbytes: int, warm: int = 2000) -> dict[str, float]:
 
     from cgc.runtime.channels import cleanup_segments
     from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
-    from cgc.runtime.comm.cuda_ipc_devices import ShmIpcDevice
+    from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
     from cgc.runtime.gpu.streams import NullStreams
 
     prefix = f"cgc-ipcpath-{uuid.uuid4().hex[:8]}-"

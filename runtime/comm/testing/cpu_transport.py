@@ -1,6 +1,6 @@
 """A CPU device transport: the protocol of device communicators, run in CI without a GPU.
 
-``ShmCpuTransport`` implements ``protocol.DeviceTransport`` with CPU torch tensors standing
+``ShmCpuTransport`` implements ``transport.PostingTransport`` with CPU torch tensors standing
 in for device tensors and one shared-memory ring per ordered pair of ranks
 (``<prefix>d<src>-<dst>``) carrying their bytes. Device ops become blocking ring reads and
 writes in call order, so ``DeviceCommunicator`` - headers, static-edge receives posted
@@ -25,14 +25,14 @@ from cgc.runtime.channels.ring_writer import ShmRingWriter
 from cgc.runtime.comm.collective import ReduceOp
 from cgc.runtime.comm.device_protocol import DeviceCommunicator
 from cgc.runtime.comm.sidechannel import ShmSideChannels, attach_ring
-from cgc.runtime.comm.transport import GatheringTransport
+from cgc.runtime.comm.transport import GatheringTransport, PostingTransport
 from cgc.runtime.gpu.streams import NullStreams
 from cgc.runtime.gpu.tensors import TensorMeta, cpu_stand_in, torch_dtype
 
 __all__ = ["ShmCpuTransport", "cpu_device_communicator"]
 
 
-class ShmCpuTransport(GatheringTransport):
+class ShmCpuTransport(GatheringTransport, PostingTransport):
     """Rank ``rank`` of a CPU stand-in transport (see module doc).
 
     Args:
