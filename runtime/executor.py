@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.channels.ends import close_quietly, detach_quietly, poison_quietly
 from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.errors import SetupError
 from cgc.runtime.loop_setup import LoopSetup
@@ -191,11 +192,7 @@ class ActorLoop(LoopSetup, OpCompiler):
 
     def poison(self) -> None:
         """Wake every blocked op of this loop (they raise ChannelClosedError)."""
-        for ep in list(self.writers.values()) + list(self.readers.values()):
-            try:
-                ep.poison()
-            except Exception:  # noqa: BLE001 - already closed
-                pass
+        poison_quietly(list(self.writers.values()) + list(self.readers.values()))
         for comm in list(self.comms.values()):
             try:  # abort ends a device wait at once (NCCL has no timeouts of its own)
                 comm.abort()
@@ -204,16 +201,8 @@ class ActorLoop(LoopSetup, OpCompiler):
 
     def close(self) -> None:
         """Close writers (unlinks their segments), detach readers, destroy communicators."""
-        for w in self.writers.values():
-            try:
-                w.close()
-            except Exception:  # noqa: BLE001
-                pass
-        for r in self.readers.values():
-            try:
-                r.detach()
-            except Exception:  # noqa: BLE001
-                pass
+        close_quietly(self.writers.values())
+        detach_quietly(self.readers.values())
         for comm in self.comms.values():
             try:
                 comm.destroy()
