@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from enum import StrEnum
 from typing import Any, Protocol
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
@@ -35,7 +36,7 @@ from cgc.runtime.channels.ring_reader import ShmRingReader
 from cgc.runtime.comm.ring_mesh import RingMesh
 
 __all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "open_side",
-           "exchange", "attach_ring", "POLL_SLICE", "SharedSide"]
+           "exchange", "attach_ring", "POLL_SLICE", "SharedSide", "SideKind"]
 
 POLL_SLICE = 0.05  # seconds between health polls (NCCL async errors) while a read waits
 
@@ -147,6 +148,24 @@ class ShmSideChannels:
         self._mesh.close(linger)
 
 
+class SideKind(StrEnum):
+    """The kinds of a transport's own side-channel messages (``SharedSide``): the first
+    item of each such tuple. Sent as the plain string (``SideKind.ACK.value``), so the
+    bytes on the wire are those of the string; a received ``"ack"`` equals (and hashes as)
+    ``SideKind.ACK``.
+
+    Example: ``SideKind("hello-ack") is SideKind.HELLO_ACK`` and ``SideKind.ACK == "ack"``.
+
+    Raises:
+        ValueError: ``SideKind(s)`` of a string that is no kind.
+    """
+
+    HELLO = "hello"  # CUDA IPC: a writer's buffer and event handles, once per pair
+    HELLO_ACK = "hello-ack"  # CUDA IPC: the reader's event handles back
+    ACK = "ack"  # CUDA IPC: the reader took use n of slot k (generation g)
+    DESC = "desc"  # CUDA IPC: where a collective contribution lies (``put``'s ext)
+
+
 class SharedSide:
     """One rank's side-channels shared by a protocol and its transport: one FIFO per ordered
     pair carries both, told apart by kind (a transport's messages are plain tuples whose
@@ -158,7 +177,7 @@ class SharedSide:
     that is waiting anyway (for the protocol's next header) and is taken there, off the
     path of the next send (measured: ~10 µs per same-GPU hop).
 
-    Example: ``side = SharedSide(ShmSideChannels(prefix, 0, 2), ("hello", "ack"))``.
+    Example: ``side = SharedSide(ShmSideChannels(prefix, 0, 2), tuple(SideKind))``.
     """
 
     def __init__(self, side: SideChannels, kinds: Sequence[str]) -> None:
