@@ -96,6 +96,8 @@ class RingMesh:
     def attach(self, peer: int) -> ShmRingReader:
         """Attach to ``peer``'s ring to this rank now (replacing any earlier mapping).
 
+        Example: ``mesh.attach(1).read(timeout=5)`` (rank 1's next value to this rank).
+
         Raises:
             ChannelTimeoutError: the ring did not appear within ``attach_timeout``.
             ShmSecurityError: something not made by this group holds the name.
@@ -105,7 +107,13 @@ class RingMesh:
         return r
 
     def reader(self, peer: int) -> ShmRingReader:
-        """``peer``'s ring to this rank, attached on first use (see ``attach``)."""
+        """``peer``'s ring to this rank, attached on first use.
+
+        Example: ``mesh.reader(1)`` before the first ``mesh.out[1].write(...)``.
+
+        Raises:
+            as ``attach``, on first use only (ChannelTimeoutError, ShmSecurityError).
+        """
         r = self.inbound.get(peer)
         return r if r is not None else self.attach(peer)
 
