@@ -36,6 +36,7 @@ from cgc.runtime.actor.loop_state import LoopOptions
 from cgc.runtime.actor.loops import EXITS, LOOPS, LOOPS_CHANGED, LOOPS_LOCK, MAX_EXITS, TRACES
 from cgc.runtime.actor.op_compile import OpCompiler
 from cgc.runtime.actor.op_text import op_text
+from cgc.runtime.channels.ends import close_quietly, detach_quietly, poison_quietly
 from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.errors import SetupError
 
@@ -191,11 +192,7 @@ class ActorLoop(LoopSetup, OpCompiler):
 
     def poison(self) -> None:
         """Wake every blocked op of this loop (they raise ChannelClosedError)."""
-        for ep in list(self.writers.values()) + list(self.readers.values()):
-            try:
-                ep.poison()
-            except Exception:  # noqa: BLE001 - already closed
-                pass
+        poison_quietly(list(self.writers.values()) + list(self.readers.values()))
         for comm in list(self.comms.values()):
             try:  # abort ends a device wait at once (NCCL has no timeouts of its own)
                 comm.abort()
@@ -204,16 +201,8 @@ class ActorLoop(LoopSetup, OpCompiler):
 
     def close(self) -> None:
         """Close writers (unlinks their segments), detach readers, destroy communicators."""
-        for w in self.writers.values():
-            try:
-                w.close()
-            except Exception:  # noqa: BLE001
-                pass
-        for r in self.readers.values():
-            try:
-                r.detach()
-            except Exception:  # noqa: BLE001
-                pass
+        close_quietly(self.writers.values())
+        detach_quietly(self.readers.values())
         for comm in self.comms.values():
             try:
                 comm.destroy()

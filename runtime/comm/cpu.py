@@ -38,10 +38,9 @@ from cgc.runtime.channels.errors import ChannelError, ErrorValue
 from cgc.runtime.channels.ring_reader import ShmRingReader
 from cgc.runtime.channels.ring_writer import ShmRingWriter
 from cgc.runtime.comm.interface import ExchangingCommunicator, first_error
+from cgc.runtime.comm.ring_mesh import RingMesh
 
 __all__ = ["CpuCommunicator"]
-
-
 
 
 class CpuCommunicator(ExchangingCommunicator):
@@ -49,21 +48,20 @@ class CpuCommunicator(ExchangingCommunicator):
 
     def __init__(self, prefix: str, rank: int, world_size: int, slot_bytes: int = 1 << 16,
                  attach_timeout: float = 60.0, spin_us: float = 0.0) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} not in 0..{world_size - 1}")
+        self._mesh = RingMesh(prefix, "p", rank, world_size, slots=1, slot_bytes=slot_bytes,
+                              spin_us=spin_us, attach_timeout=attach_timeout)
         self.prefix = prefix
         self.rank = rank
         self.world_size = world_size
         self._attach_timeout = attach_timeout
         self._spin = spin_us
-        self._peers = [p for p in range(world_size) if p != rank]
-        mk = ShmRingWriter.create
-        self._data_out = {p: mk(f"{prefix}p{rank}-{p}", 1, slot_bytes, 1, spin_us)
-                          for p in self._peers}
-        self._coll_out = (mk(f"{prefix}c{rank}", 1, slot_bytes, world_size - 1, spin_us)
+        self._peers = self._mesh.peers
+        self._data_out = self._mesh.out  # peer -> our data ring to it
+        self._coll_out = (ShmRingWriter.create(f"{prefix}c{rank}", 1, slot_bytes,
+                                               world_size - 1, spin_us)
                           if world_size > 1 else None)
-        self._readers: dict[str, ShmRingReader] = {}
-        self._data_in: dict[int, ShmRingReader] = {}  # peer -> its data ring to us
+        self._data_in = self._mesh.inbound  # peer -> its data ring to us
+        self._coll_in: dict[int, ShmRingReader] = {}  # peer -> its collective ring
         self._attached: set[int] = set()
         self._ncoll = 0
 
@@ -71,22 +69,18 @@ class CpuCommunicator(ExchangingCommunicator):
         # Why all of p's rings, before our first write to p: p can only finish an op with
         # us after reading what we write, so p's destroy() never unlinks a ring we have yet
         # to map (and destroy's linger covers values p wrote that we have yet to read).
-        pre, r = self.prefix, self.rank
-        for name, idx in ((f"{pre}p{p}-{r}", 0), (f"{pre}c{p}", r if r < p else r - 1)):
-            self._readers[name] = ShmRingReader.attach(name, idx, self._spin,
-                                                       self._attach_timeout)
+        r = self.rank
+        self._mesh.attach(p)
+        self._coll_in[p] = ShmRingReader.attach(f"{self.prefix}c{p}", r if r < p else r - 1,
+                                                self._spin, self._attach_timeout)
         self._attached.add(p)
 
-    def _reader(self, name: str, peer: int) -> ShmRingReader:
-        r = self._readers.get(name)
+    def _coll_reader(self, peer: int) -> ShmRingReader:
+        r = self._coll_in.get(peer)
         if r is None:
             self._attach_peer(peer)
-            r = self._readers[name]
+            r = self._coll_in[peer]
         return r
-
-    def _check_peer(self, peer: int) -> None:
-        if peer == self.rank or not 0 <= peer < self.world_size:
-            raise ValueError(f"rank {self.rank}: bad peer {peer} (world size {self.world_size})")
 
     def send(self, value: Any, peer: int, timeout: float | None = None) -> None:
         """Rendezvous send: returns after rank ``peer``'s ``recv`` took the value.
@@ -96,7 +90,7 @@ class CpuCommunicator(ExchangingCommunicator):
             died while this call waited), ValueError (bad peer).
         """
         if peer not in self._attached:
-            self._check_peer(peer)
+            self._mesh.check_peer(peer)
             self._attach_peer(peer)  # before writing: see _attach_peer
         w = self._data_out[peer]
         w.write(value, timeout)
@@ -113,8 +107,9 @@ class CpuCommunicator(ExchangingCommunicator):
         """
         r = self._data_in.get(peer)
         if r is None:
-            self._check_peer(peer)
-            r = self._data_in[peer] = self._reader(f"{self.prefix}p{peer}-{self.rank}", peer)
+            self._mesh.check_peer(peer)
+            self._attach_peer(peer)
+            r = self._data_in[peer]
         return r.read(timeout)  # its cursor store releases the peer's send
 
     def _exchange(self, tag: str, value: Any, timeout: float | None) -> list[Any]:
@@ -131,7 +126,7 @@ class CpuCommunicator(ExchangingCommunicator):
             if p == self.rank:
                 out.append(value)
                 continue
-            got = self._reader(f"{self.prefix}c{p}", p).read(timeout)
+            got = self._coll_reader(p).read(timeout)
             if type(got) is ErrorValue:  # rank p's contribution could not be decoded here
                 raise ChannelError(f"rank {self.rank}: {got.message}")
             got_key, v = got
@@ -166,14 +161,10 @@ class CpuCommunicator(ExchangingCommunicator):
         Waits up to ``linger`` s for peers to take values still in flight (e.g. this rank's
         part of the last collective), so finishing first never breaks a slower peer.
         """
-        for w in [*self._data_out.values(), self._coll_out]:
-            if w is not None:
-                w.close(linger=linger)
-        data_in = f"{self.prefix}p"
-        for name, r in self._readers.items():
-            if name.startswith(data_in):
-                r.close()  # its cursor is the peer's acknowledgement: wake its sender
-            else:
-                r.detach()
-        self._readers.clear()
-        self._data_in.clear()
+        self._mesh.close_out(linger, quiet=False)
+        if self._coll_out is not None:
+            self._coll_out.close(linger=linger)
+        self._mesh.let_go(close=True, quiet=False)  # its cursor is the peer's acknowledgement
+        for r in self._coll_in.values():
+            r.detach()
+        self._coll_in.clear()

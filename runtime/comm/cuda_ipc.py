@@ -65,7 +65,13 @@ import torch
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError
 from cgc.runtime.comm.cuda_ipc_devices import CudaIpcDevice, IpcDevice
 from cgc.runtime.comm.device_protocol import CommStreams, DeviceCommunicator
-from cgc.runtime.comm.sidechannel import SharedSide, SideChannels, SideFactory, open_side
+from cgc.runtime.comm.sidechannel import (
+    SharedSide,
+    SideChannels,
+    SideFactory,
+    SideKind,
+    open_side,
+)
 from cgc.runtime.comm.transport import DescribingTransport, GatheringTransport
 from cgc.runtime.gpu.streams import actor_streams
 from cgc.runtime.gpu.tensors import TensorMeta, is_cuda_tensor, torch_dtype
@@ -73,7 +79,11 @@ from cgc.runtime.gpu.tensors import TensorMeta, is_cuda_tensor, torch_dtype
 __all__ = ["IpcTransport", "CudaIpcCommunicator"]
 
 _ALIGN = 256
-_ARITY = {"hello": 4, "hello-ack": 2, "ack": 4, "desc": 2}  # the transport's messages
+# The transport's messages: kind -> tuple length. Sent as plain strings (an enum member
+# pickles as a class reference, and its attribute costs ~0.5 µs a lookup on the value path).
+_HELLO, _HELLO_ACK, _ACK, _DESC = (SideKind.HELLO.value, SideKind.HELLO_ACK.value,
+                                   SideKind.ACK.value, SideKind.DESC.value)
+_ARITY = {_HELLO: 4, _HELLO_ACK: 2, _ACK: 4, _DESC: 2}
 
 
 def _align(n: int) -> int:
@@ -173,7 +183,7 @@ class IpcTransport(GatheringTransport, DescribingTransport):
             o.bufs.append([ptr, self.slot_bytes, 0, handle])
         o.events = [self.dev.new_event() for _ in range(self.slots)]
         self._out[peer] = o
-        self.side.send(peer, ("hello", self.slots, [(b[3], b[1]) for b in o.bufs],
+        self.side.send(peer, (_HELLO, self.slots, [(b[3], b[1]) for b in o.bufs],
                                  [h for _, h in o.events]), timeout)
         return o
 
@@ -182,7 +192,7 @@ class IpcTransport(GatheringTransport, DescribingTransport):
         i = self._in.get(peer)
         if i is not None:
             return i
-        _, slots, handles, ev_handles = self._next(peer, "hello", timeout, poll)
+        _, slots, handles, ev_handles = self._next(peer, _HELLO, timeout, poll)
         if slots != len(handles) or slots != len(ev_handles) or slots < 1:
             raise ChannelError(f"{self.name}: bad IPC hello from rank {peer}")
         i = _In()
@@ -190,13 +200,13 @@ class IpcTransport(GatheringTransport, DescribingTransport):
         i.events = [self.dev.open_event(h) for h in ev_handles]
         i.own = [self.dev.new_event() for _ in range(slots)]
         self._in[peer] = i
-        self.side.send(peer, ("hello-ack", [h for _, h in i.own]), timeout)
+        self.side.send(peer, (_HELLO_ACK, [h for _, h in i.own]), timeout)
         return i
 
     def _peer_events(self, o: _Out, peer: int, timeout: float | None,
                      poll: Callable[[], None] | None = None) -> list[Any]:
         if o.peer_events is None:
-            _, handles = self._next(peer, "hello-ack", timeout, poll)
+            _, handles = self._next(peer, _HELLO_ACK, timeout, poll)
             if len(handles) != self.slots:
                 raise ChannelError(f"{self.name}: bad IPC hello-ack from rank {peer}")
             o.peer_events = [self.dev.open_event(h) for h in handles]
@@ -207,7 +217,7 @@ class IpcTransport(GatheringTransport, DescribingTransport):
         """Take acknowledgements until use ``use`` of the pair is acknowledged."""
         self._peer_events(o, peer, timeout, poll)
         while o.acked <= use:
-            _, n, k, gen = self._next(peer, "ack", timeout, poll)
+            _, n, k, gen = self._next(peer, _ACK, timeout, poll)
             if n != o.acked:
                 raise ChannelError(f"{self.name}: rank {peer} acknowledged use {n}, "
                                    f"expected {o.acked}")
@@ -310,7 +320,7 @@ class IpcTransport(GatheringTransport, DescribingTransport):
             if nb:
                 self.dev.copy(b.data_ptr(), ptr + off, nb, self._stream)
         self.dev.record(i.own[k][0], self._stream)
-        self.side.send(peer, ("ack", n, k, gen), self.timeout)
+        self.side.send(peer, (_ACK, n, k, gen), self.timeout)
 
     # ---------------------------------------------------------------- collectives
     def _gather(self, send: Any) -> list[Any]:
@@ -319,7 +329,7 @@ class IpcTransport(GatheringTransport, DescribingTransport):
             for p in range(self.world_size):
                 if p != self.rank:
                     self.reserve(p, self.timeout, self._poll)
-                    self.side.send(p, ("desc", self.put(p, [send])), self.timeout)
+                    self.side.send(p, (_DESC, self.put(p, [send])), self.timeout)
         parts = []
         for p in range(self.world_size):
             if p == self.rank:
@@ -328,7 +338,7 @@ class IpcTransport(GatheringTransport, DescribingTransport):
             with self._context():
                 part = send.new_empty(send.shape)
             if live:
-                _, ext = self._next(p, "desc", self.timeout)
+                _, ext = self._next(p, _DESC, self.timeout)
                 self.expect(p, ext, self.timeout, self._poll)
                 self.take(p, [part])
             parts.append(part)

@@ -60,6 +60,7 @@ from typing import Any
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelError, ChannelTimeoutError
 from cgc.runtime.errors import SetupError
+from cgc.runtime.gpu.polling import poll_until
 
 __all__ = ["NcclLib", "CtypesNccl", "CupyNccl", "NcclError", "NcclHandle", "nccl_lib",
            "UNIQUE_ID_BYTES", "DTYPES", "OPS", "UINT8", "SUCCESS", "IN_PROGRESS"]
@@ -328,22 +329,14 @@ class CtypesNccl(NcclLib):
     def _wait_ready(self, h: NcclHandle, what: str, deadline: float | None = None,
                     poll: Callable[[], None] | None = None) -> None:
         """Poll a non-blocking communicator until its last call completed."""
-        nap = _POLL
-        last_poll = time.monotonic()
-        while True:
+        def done() -> bool:
             st = self._state(h)
-            if st == SUCCESS:
-                return
-            if st != IN_PROGRESS:
+            if st != SUCCESS and st != IN_PROGRESS:
                 raise NcclError(st, what, self._detail(h.comm))
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise ChannelTimeoutError(f"{what}: NCCL still in progress at its deadline")
-            if poll is not None and now - last_poll >= 0.05:
-                poll()
-                last_poll = now
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+            return st == SUCCESS
+
+        poll_until(done, deadline, poll, f"{what}: NCCL still in progress at its deadline",
+                   first_nap=_POLL)
 
     def init(self, world: int, uid: bytes, rank: int, deadline: float,
              poll: Callable[[], None] | None = None, device: int | None = None) -> NcclHandle:

@@ -28,14 +28,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from enum import StrEnum
 from typing import Any, Protocol
 
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.channels.ring_reader import ShmRingReader
-from cgc.runtime.channels.ring_writer import ShmRingWriter
+from cgc.runtime.comm.ring_mesh import RingMesh
 
 __all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "open_side",
-           "exchange", "attach_ring", "POLL_SLICE", "SharedSide"]
+           "exchange", "attach_ring", "POLL_SLICE", "SharedSide", "SideKind"]
 
 POLL_SLICE = 0.05  # seconds between health polls (NCCL async errors) while a read waits
 
@@ -79,31 +80,25 @@ class ShmSideChannels:
     def __init__(self, prefix: str, rank: int, world_size: int, *, slots: int = 32,
                  slot_bytes: int = 8 * 1024, attach_timeout: float = 60.0,
                  spin_us: float = 0.0) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} not in 0..{world_size - 1}")
+        self._mesh = RingMesh(prefix, "h", rank, world_size, slots=slots,
+                              slot_bytes=slot_bytes, spin_us=spin_us,
+                              attach_timeout=attach_timeout)
         self.prefix, self.rank, self.world_size = prefix, rank, world_size
-        self._attach_timeout, self._spin = attach_timeout, spin_us
-        self._out = {p: ShmRingWriter.create(self.name(rank, p), slots, slot_bytes, 1, spin_us)
-                     for p in range(world_size) if p != rank}
-        self._in: dict[int, ShmRingReader] = {}
+        self._out, self._in = self._mesh.out, self._mesh.inbound  # the mesh's own dicts
+        self._check = self._mesh.check_peer
         self._closed = False
 
     def name(self, src: int, dst: int) -> str:
         """Ring name of the pair ``src -> dst``."""
-        return f"{self.prefix}h{src}-{dst}"
+        return self._mesh.name(src, dst)
 
     def _reader(self, peer: int) -> ShmRingReader:
         r = self._in.get(peer)
         if r is None:
             if self._closed:
                 raise ChannelClosedError(f"side-channels of rank {self.rank} were closed")
-            r = self._in[peer] = attach_ring(self.name(peer, self.rank), self._attach_timeout,
-                                             self._spin)
+            r = self._mesh.attach(peer)
         return r
-
-    def _check(self, peer: int) -> None:
-        if peer == self.rank or not 0 <= peer < self.world_size:
-            raise ValueError(f"rank {self.rank}: bad peer {peer} (world size {self.world_size})")
 
     def send(self, peer: int, msg: Any, timeout: float | None = None) -> None:
         """Queue ``msg`` for ``peer``.
@@ -145,26 +140,30 @@ class ShmSideChannels:
 
     def poison(self) -> None:
         """Poison every ring of this rank (peers and this rank's waiters wake up)."""
-        for ep in [*self._out.values(), *self._in.values()]:
-            try:
-                ep.poison()
-            except Exception:  # noqa: BLE001 - already closed
-                pass
+        self._mesh.poison()
 
     def close(self, linger: float = 2.0) -> None:
         """Close this rank's rings (unlinks them) and detach from the peers'. Idempotent."""
         self._closed = True
-        for w in self._out.values():
-            try:
-                w.close(linger=linger)
-            except Exception:  # noqa: BLE001
-                pass
-        for r in self._in.values():
-            try:
-                r.detach()
-            except Exception:  # noqa: BLE001
-                pass
-        self._in.clear()
+        self._mesh.close(linger)
+
+
+class SideKind(StrEnum):
+    """The kinds of a transport's own side-channel messages (``SharedSide``): the first
+    item of each such tuple. Sent as the plain string (``SideKind.ACK.value``), so the
+    bytes on the wire are those of the string; a received ``"ack"`` equals (and hashes as)
+    ``SideKind.ACK``.
+
+    Example: ``SideKind("hello-ack") is SideKind.HELLO_ACK`` and ``SideKind.ACK == "ack"``.
+
+    Raises:
+        ValueError: ``SideKind(s)`` of a string that is no kind.
+    """
+
+    HELLO = "hello"  # CUDA IPC: a writer's buffer and event handles, once per pair
+    HELLO_ACK = "hello-ack"  # CUDA IPC: the reader's event handles back
+    ACK = "ack"  # CUDA IPC: the reader took use n of slot k (generation g)
+    DESC = "desc"  # CUDA IPC: where a collective contribution lies (``put``'s ext)
 
 
 class SharedSide:
@@ -178,7 +177,7 @@ class SharedSide:
     that is waiting anyway (for the protocol's next header) and is taken there, off the
     path of the next send (measured: ~10 µs per same-GPU hop).
 
-    Example: ``side = SharedSide(ShmSideChannels(prefix, 0, 2), ("hello", "ack"))``.
+    Example: ``side = SharedSide(ShmSideChannels(prefix, 0, 2), tuple(SideKind))``.
     """
 
     def __init__(self, side: SideChannels, kinds: Sequence[str]) -> None:

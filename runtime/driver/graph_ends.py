@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.channels.ends import close_quietly, detach_quietly, poison_quietly
 from cgc.runtime.channels.errors import ChannelError, ErrorValue
 from cgc.runtime.errors import InputSerializationError
 from cgc.runtime.messages import input_value
@@ -219,26 +220,14 @@ class DriverEndpoints:
     # ---------------------------------------------------------------- teardown
     def poison(self) -> None:
         """Poison every driver endpoint (wakes threads blocked in them); best effort."""
-        for ep in [*self.writers, *self.readers]:
-            try:
-                ep.poison()
-            except Exception:  # noqa: BLE001 - already closed
-                pass
+        poison_quietly([*self.writers, *self.readers])
 
     def close_inputs(self) -> None:
         """Close the input writers (unlinks their segments)."""
-        for w in self.writers:
-            try:
-                w.close()
-            except Exception:  # noqa: BLE001
-                pass
+        close_quietly(self.writers)
         self.writers, self._inputs = [], []
 
     def close_outputs(self) -> None:
         """Detach the output readers (TCP readers close)."""
-        for r in self.readers:
-            try:
-                r.detach()
-            except Exception:  # noqa: BLE001
-                pass
+        detach_quietly(self.readers)
         self.readers = []

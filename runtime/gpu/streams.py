@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from cgc.runtime.channels.errors import ChannelTimeoutError
+from cgc.runtime.gpu.polling import poll_until
 
 __all__ = ["ActorStreams", "NullStreams", "actor_streams", "SyncCounter", "SYNC_COUNTER",
            "count_device_syncs", "wait_event"]
@@ -121,16 +122,7 @@ def wait_event(query: Callable[[], bool], timeout: float | None,
         return
     SYNC_COUNTER.note(what)
     deadline = None if timeout is None else time.monotonic() + timeout
-    nap, last_poll = 20e-6, time.monotonic()
-    while not query():
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            raise ChannelTimeoutError(f"{what} not done within {timeout} s")
-        if poll is not None and now - last_poll >= 0.05:
-            poll()
-            last_poll = now
-        time.sleep(nap)
-        nap = min(nap * 2, 1e-3)
+    poll_until(query, deadline, poll, f"{what} not done within {timeout} s")
 
 
 class ActorStreams:

@@ -12,7 +12,8 @@ COMM = Path(__file__).resolve().parents[2] / "runtime" / "comm"
 # Every product module of the package, plus the runtime modules that open communicators.
 PRODUCT = sorted(f"cgc.runtime.comm.{p.stem}" for p in COMM.glob("*.py")
                  if p.stem != "__init__") + [
-    "cgc.runtime.comm", "cgc.runtime.start", "cgc.runtime.loop_setup", "cgc.runtime.executor"]
+    "cgc.runtime.comm", "cgc.runtime.driver.start", "cgc.runtime.actor.loop_setup",
+    "cgc.runtime.actor.executor"]
 
 
 def _run(code: str, **env: str) -> str:

@@ -20,11 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from cgc.runtime.channels.errors import ChannelClosedError
-from cgc.runtime.channels.ring_reader import ShmRingReader
-from cgc.runtime.channels.ring_writer import ShmRingWriter
 from cgc.runtime.comm.collective import ReduceOp
 from cgc.runtime.comm.device_protocol import DeviceCommunicator
-from cgc.runtime.comm.sidechannel import ShmSideChannels, attach_ring
+from cgc.runtime.comm.ring_mesh import RingMesh
+from cgc.runtime.comm.sidechannel import ShmSideChannels
 from cgc.runtime.comm.transport import GatheringTransport, PostingTransport
 from cgc.runtime.gpu.streams import NullStreams
 from cgc.runtime.gpu.tensors import TensorMeta, cpu_stand_in, torch_dtype
@@ -43,13 +42,11 @@ class ShmCpuTransport(GatheringTransport, PostingTransport):
     def __init__(self, prefix: str, rank: int, world_size: int, *, slots: int = 8,
                  slot_bytes: int = 64 * 1024, timeout: float | None = 60.0,
                  attach_timeout: float = 60.0) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} not in 0..{world_size - 1}")
+        self._mesh = RingMesh(prefix, "d", rank, world_size, slots=slots,
+                              slot_bytes=slot_bytes, attach_timeout=attach_timeout)
         self.prefix, self.rank, self.world_size = prefix, rank, world_size
-        self.timeout, self._attach_timeout = timeout, attach_timeout
-        self._out = {p: ShmRingWriter.create(f"{prefix}d{rank}-{p}", slots, slot_bytes, 1)
-                     for p in range(world_size) if p != rank}
-        self._in: dict[int, ShmRingReader] = {}
+        self.timeout = timeout
+        self._out = self._mesh.out  # peer -> our ring to it
         self._aborted = False
         self.ops: list[tuple[str, Any]] = []  # what ran, for tests: ("send", peer), ...
 
@@ -61,23 +58,16 @@ class ShmCpuTransport(GatheringTransport, PostingTransport):
 
         return torch.empty(meta.shape, dtype=torch_dtype(meta.dtype))
 
-    def _reader(self, peer: int) -> ShmRingReader:
-        r = self._in.get(peer)
-        if r is None:
-            r = self._in[peer] = attach_ring(f"{self.prefix}d{peer}-{self.rank}",
-                                             self._attach_timeout)
-        return r
-
     def _write(self, peer: int, buf: Any) -> None:
         if self._aborted:
             raise ChannelClosedError(f"cpu transport rank {self.rank} was aborted")
-        self._reader(peer)  # attach before writing (see ShmSideChannels.send)
+        self._mesh.reader(peer)  # attach before writing (see ShmSideChannels.send)
         self._out[peer].write(buf.numpy(), self.timeout)
 
     def _read_into(self, peer: int, buf: Any) -> None:
         if self._aborted:
             raise ChannelClosedError(f"cpu transport rank {self.rank} was aborted")
-        arr = self._reader(peer).read(self.timeout)
+        arr = self._mesh.reader(peer).read(self.timeout)
         if arr.nbytes != buf.numel() * buf.element_size():
             raise ValueError(f"cpu transport: rank {peer} sent {arr.nbytes} bytes, rank "
                              f"{self.rank} posted {buf.numel() * buf.element_size()}")
@@ -121,24 +111,10 @@ class ShmCpuTransport(GatheringTransport, PostingTransport):
 
     def abort(self) -> None:
         self._aborted = True
-        for ep in [*self._out.values(), *self._in.values()]:
-            try:
-                ep.poison()
-            except Exception:  # noqa: BLE001 - already closed
-                pass
+        self._mesh.poison()
 
     def destroy(self, linger: float = 2.0) -> None:
-        for w in self._out.values():
-            try:
-                w.close(linger=linger)
-            except Exception:  # noqa: BLE001
-                pass
-        for r in self._in.values():
-            try:
-                r.detach()
-            except Exception:  # noqa: BLE001
-                pass
-        self._in.clear()
+        self._mesh.close(linger)
 
 
 def cpu_device_communicator(prefix: str, rank: int, world_size: int, *,
