@@ -85,14 +85,22 @@ class Hop:
     def open(self, prefix: str, rank: int, slot_bytes: int) -> None:
         import torch
 
-        from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
-        from cgc.runtime.comm.sidechannel import ShmSideChannels
-        from cgc.runtime.comm.warmup import warm_up
+        try:
+            from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
+            from cgc.runtime.comm.sidechannel import ShmSideChannels
+            from cgc.runtime.comm.warmup import warm_up
+        except ImportError:  # a commit before runtime/comm (compare.py's base side)
+            from cgc.runtime.gpu.ipc import CudaIpcCommunicator
+            from cgc.runtime.gpu.sidechannel import ShmSideChannels
+            from cgc.runtime.gpu.warmup import warm_up
 
         self.side = _TimedSide(ShmSideChannels(prefix, rank, 2))
         kw: dict[str, Any] = {}
         if self.device == "cpu":
-            from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
+            try:
+                from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
+            except ImportError:  # compare.py's base side, before runtime/comm
+                from cgc.runtime.gpu.ipc_devices import ShmIpcDevice
 
             kw = {"device": ShmIpcDevice(prefix, rank),
                   "is_device": lambda x: isinstance(x, torch.Tensor)}

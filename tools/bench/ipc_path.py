@@ -25,8 +25,12 @@ def measure(iters: int, nbytes: int, warm: int = 2000) -> dict[str, float]:
     import torch
 
     from cgc.runtime.channels import cleanup_segments
-    from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
-    from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
+    try:
+        from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator
+        from cgc.runtime.comm.testing.shm_ipc_device import ShmIpcDevice
+    except ImportError:  # a commit before runtime/comm (compare.py runs this on both sides)
+        from cgc.runtime.gpu.ipc import CudaIpcCommunicator
+        from cgc.runtime.gpu.ipc_devices import ShmIpcDevice
     from cgc.runtime.gpu.streams import NullStreams
 
     prefix = f"cgc-ipcpath-{uuid.uuid4().hex[:8]}-"
