@@ -39,6 +39,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from cgc.plan_schema.defaults import COMMUNICATORS
 from cgc.plan_schema.errors import ConfigError
 from cgc.runtime.errors import SetupError
 
@@ -66,7 +67,7 @@ class Transport(enum.StrEnum):
 
 #: The transports a plan is bound to outside the test modes.
 TRANSPORTS = (Transport.NCCL, Transport.CUDA_IPC, Transport.HOST_STAGING, Transport.CPU)
-CHOICES = ("auto", "cpu", "nccl")
+CHOICES = COMMUNICATORS  # the run option communicator=, spelled once (plan_schema.defaults)
 #: The test switches (module doc): "1" turns a test mode of ``cgc.runtime.comm.testing`` on.
 FAKE_HOSTS_ENV = "CGC_NCCL_FAKE_HOSTS"
 DEVICE_PROTOCOL_ON_CPU_ENV = "CGC_TEST_DEVICE_PROTOCOL"

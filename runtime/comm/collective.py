@@ -48,9 +48,15 @@ def reduce_values(values: list[Any], op: ReduceOp | str) -> Any:
         [3, 5]
 
     Raises:
+        TypeError: a value is not an array or a tensor (a Python number, a list).
         ValueError: shapes or dtypes differ, or an unknown op.
     """
     op = ReduceOp.of(op)
+    for v in values:
+        if not (hasattr(v, "shape") and hasattr(v, "dtype")):
+            raise TypeError(f"a {op.name.lower()} reduction takes numpy arrays or torch tensors, not "
+                            f"{type(v).__name__}: wrap the value (np.asarray(x)) before the "
+                            "collective")
     first = values[0]
     for v in values[1:]:
         if tuple(v.shape) != tuple(first.shape) or v.dtype != first.dtype:

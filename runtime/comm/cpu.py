@@ -82,7 +82,8 @@ class CpuCommunicator(ExchangingCommunicator):
             r = self._coll_in[peer]
         return r
 
-    def send(self, value: Any, peer: int, timeout: float | None = None) -> None:
+    def send(self, value: Any, peer: int, timeout: float | None = None, *,
+             shape: Any = None, dtype: Any = None) -> None:
         """Rendezvous send: returns after rank ``peer``'s ``recv`` took the value.
 
         Raises:

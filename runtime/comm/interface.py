@@ -47,8 +47,11 @@ class Communicator(abc.ABC):
     last_event: Any = None
 
     @abc.abstractmethod
-    def send(self, value: Any, peer: int, timeout: float | None = None) -> None:
-        """Send ``value`` to rank ``peer``; returns once the peer's ``recv`` has taken it.
+    def send(self, value: Any, peer: int, timeout: float | None = None, *,
+             shape: Any = None, dtype: Any = None) -> None:
+        """Send ``value`` to rank ``peer``; returns once the peer's ``recv`` has taken it
+        (``shape``/``dtype``: the edge is static, as ``recv``'s; hints a host communicator
+        ignores).
 
         Raises:
             ChannelTimeoutError, ChannelClosedError.

@@ -36,7 +36,7 @@ from cgc.runtime.channels.ring_reader import ShmRingReader
 from cgc.runtime.comm.ring_mesh import RingMesh
 
 __all__ = ["SideChannels", "ShmSideChannels", "shm_side_factory", "SideFactory", "open_side",
-           "exchange", "attach_ring", "POLL_SLICE", "SharedSide", "SideKind"]
+           "exchange", "POLL_SLICE", "SharedSide", "SideKind"]
 
 POLL_SLICE = 0.05  # seconds between health polls (NCCL async errors) while a read waits
 
@@ -216,17 +216,6 @@ class SharedSide:
 
     def close(self, linger: float = 2.0) -> None:
         self.side.close(linger)
-
-
-def attach_ring(name: str, timeout: float, spin_us: float = 0.0) -> ShmRingReader:
-    """Attach as reader 0 of ring ``name``, waiting up to ``timeout`` s for its writer
-    (a segment still being created counts as not there yet).
-
-    Raises:
-        ChannelTimeoutError: the ring did not appear within ``timeout``.
-        ShmSecurityError: something not made by this graph holds the name.
-    """
-    return ShmRingReader.attach(name, 0, spin_us, timeout)
 
 
 def shm_side_factory(prefix: str, **kw: Any) -> SideFactory:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from test_gpu_cpu_paths import run_ranks
+from test_comm_device_protocol_cpu import run_ranks
 
 from cgc.runtime.channels import ChannelClosedError, ChannelError, ChannelTimeoutError
 from cgc.runtime.comm.cuda_ipc import CudaIpcCommunicator, IpcTransport

@@ -126,3 +126,15 @@ def test_wait_taken_waits_for_the_read_and_sees_a_close(prefix):
     finally:
         r.detach()
         w.close()
+
+
+def test_a_reduction_of_plain_numbers_is_a_type_error_on_every_rank(pair):
+    # A Python int has no shape: every rank gets a TypeError that says what to pass (was an
+    # AttributeError from inside the reduction).
+    runs = [_in_thread(lambda c=c, r=r: c.allreduce(r + 1, "sum", timeout=10))
+            for r, c in enumerate(pair)]
+    for t, out in runs:
+        t.join(15)
+        err = out.get("error")
+        assert isinstance(err, TypeError), out
+        assert "sum reduction takes numpy arrays or torch tensors, not int" in str(err)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMM = Path(__file__).resolve().parents[2] / "runtime" / "comm"
+COMM = Path(__file__).resolve().parents[3] / "runtime" / "comm"
 # Every product module of the package, plus the runtime modules that open communicators.
 PRODUCT = sorted(f"cgc.runtime.comm.{p.stem}" for p in COMM.glob("*.py")
                  if p.stem != "__init__") + [

@@ -55,7 +55,7 @@ from cgc.runtime.gpu.tensors import (
     torch_dtype,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_ranks(*fns: Any, timeout: float = 60.0) -> list[Any]:
