@@ -13,7 +13,9 @@ One interface (``interface.Communicator``) and its implementations, one module e
 - ``cuda_ipc``, ``cuda_ipc_devices`` - over CUDA IPC, for actors sharing one GPU.
 - ``torchdist``        - over a ``torch.distributed`` group the user already has.
 - ``host_staging``     - device tensors through a host communicator via pinned memory.
-- ``sidechannel``      - small host messages per ordered pair of ranks.
+- ``sidechannel``      - small host messages per ordered pair of ranks (``SideKind``).
+- ``ring_mesh``        - one shared-memory ring per ordered pair of ranks: what the CPU
+  communicator, the side channels and the CPU test transport are built on.
 - ``collective``       - what a collective computes (``ReduceOp``), the one rule for all.
 - ``binding``          - which transport (``Transport``) each plan communicator gets, decided
   at start.

@@ -10,4 +10,6 @@ Modules (each docstring has the details and an example):
 - ``tensors``     - split a value into a header and its device tensors, and back.
 - ``cuda_graphs`` - capture a call once and replay it per execution
   (``Program.captured_ops``).
+- ``polling``     - ``poll_until``: the back-off poll of a device query (an event, NCCL's
+  async state) until done or a deadline.
 """
