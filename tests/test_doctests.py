@@ -3,7 +3,7 @@
 pytest's ``--doctest-modules`` names a module after its path, and ``runtime/`` and
 ``plan_schema/`` install as ``cgc.runtime`` and ``cgc.plan_schema`` (package-dir mapping in
 pyproject.toml): collected by path, ``runtime/messages.py`` would be imported a second
-time as ``runtime.ping_and_args``. So the modules are listed from pyproject.toml's package list
+time as ``runtime.messages``. So the modules are listed from pyproject.toml's package list
 and imported
 by their installed names, each checked to come from this checkout's file; one test per
 module runs its examples with ``doctest``. Examples that cannot run are written as literal
