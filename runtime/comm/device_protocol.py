@@ -145,22 +145,20 @@ def collective_plan(statuses: Sequence[tuple[str, Any]], kind: str,
         >>> collective_plan([("dev", m), ("dev", m)], "allreduce", 2)[0] == "dev"
         True
     """
-    dev_, err_, host_, bad_ = (CollectiveStatus.DEVICE, CollectiveStatus.ERROR,
-                               CollectiveStatus.HOST, CollectiveStatus.BAD)
     for kind_, payload in statuses:
-        if kind_ == err_:
-            return err_, payload
+        if kind_ == CollectiveStatus.ERROR:
+            return CollectiveStatus.ERROR, payload
     real = list(enumerate(statuses))
-    bad = [(r, s[1]) for r, s in real if s[0] == bad_]
+    bad = [(r, s[1]) for r, s in real if s[0] == CollectiveStatus.BAD]
     if bad:
         r, what = bad[0]
         raise TypeError(f"{kind}: rank {r} contributed a {what}, not a tensor or array")
     kinds = {s[0] for _, s in real}
-    if kinds == {host_}:
-        return host_, [s[1] for s in statuses]
-    if kinds != {dev_}:
-        dev = [r for r, s in real if s[0] == dev_]
-        host = [r for r, s in real if s[0] == host_]
+    if kinds == {CollectiveStatus.HOST}:
+        return CollectiveStatus.HOST, [s[1] for s in statuses]
+    if kinds != {CollectiveStatus.DEVICE}:
+        dev = [r for r, s in real if s[0] == CollectiveStatus.DEVICE]
+        host = [r for r, s in real if s[0] == CollectiveStatus.HOST]
         raise TypeError(f"{kind}: ranks {dev} contributed device tensors and ranks {host} "
                         "host values; a collective needs one kind on every member")
     metas = [s[1] for _, s in real]
@@ -171,7 +169,7 @@ def collective_plan(statuses: Sequence[tuple[str, Any]], kind: str,
                              f"{first.shape}/{first.dtype}, rank {r} has {m.shape}/{m.dtype}")
     if kind.startswith("reducescatter"):
         scatter_rows(first.shape, world)
-    return dev_, first
+    return CollectiveStatus.DEVICE, first
 
 
 class DeviceCommunicator(Communicator):
@@ -442,20 +440,22 @@ class DeviceCommunicator(Communicator):
         def run(x: Any, meta: TensorMeta) -> Any:
             src = self._input(x)
             (out,) = self._alloc([meta])
-            self.transport.allreduce(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op)
-            if op is ReduceOp.AVG:
-                self._divide(out)
-            self._finish([out])
-            return out
+            self.transport.allreduce(src, out, _native_op(op))
+            return self._reduced(out, op)
 
         return self._coll(f"allreduce.{op.word}", value, timeout, run, op)
 
-    def _divide(self, out: Any) -> None:
-        with self.streams.comm_context():
-            if out.is_floating_point() or out.is_complex():
-                out.div_(self.world_size)
-            else:
-                out.div_(self.world_size, rounding_mode="floor")
+    def _reduced(self, out: Any, op: ReduceOp) -> Any:
+        """``out`` after a native reduction of ``_native_op(op)``: an average divided by the
+        world size (flooring integers, as the host rule does), then the comm event."""
+        if op is ReduceOp.AVG:
+            with self.streams.comm_context():
+                if out.is_floating_point() or out.is_complex():
+                    out.div_(self.world_size)
+                else:
+                    out.div_(self.world_size, rounding_mode="floor")
+        self._finish([out])
+        return out
 
     def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
         """Every rank's value in rank order: views ``out[r]`` of one ``(world, *shape)``
@@ -488,11 +488,8 @@ class DeviceCommunicator(Communicator):
             n = scatter_rows(meta.shape, world)
             part = TensorMeta((n, *meta.shape[1:]), meta.dtype, meta.nbytes // world)
             (out,) = self._alloc([part])
-            self.transport.reducescatter(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op)
-            if op is ReduceOp.AVG:
-                self._divide(out)
-            self._finish([out])
-            return out
+            self.transport.reducescatter(src, out, _native_op(op))
+            return self._reduced(out, op)
 
         return self._coll(f"reducescatter.{op.word}", value, timeout, run, op)
 
@@ -578,3 +575,8 @@ def _tag_op(tag: str) -> ReduceOp | None:
 def dtype_of(meta: TensorMeta) -> Any:
     """The torch dtype of ``meta``."""
     return torch_dtype(meta.dtype)
+
+
+def _native_op(op: ReduceOp) -> ReduceOp:
+    """The reduction a transport runs for ``op``: an average is a sum, divided afterwards."""
+    return ReduceOp.SUM if op is ReduceOp.AVG else op

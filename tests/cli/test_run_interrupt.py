@@ -9,6 +9,7 @@ their command lines; other Ray clusters on the machine do not count.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,11 +23,35 @@ ROOT = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
 
 
+# Every segment of a graph starts with its prefix (endpoints.new_graph_prefix: "cgc-" and
+# 24 hex digits); other names in the folder are other tests' (pytest-xdist workers).
+_GRAPH_SEGMENT = re.compile(r"cgc-[0-9a-f]{24}")
+
+
 def _segments() -> set[str]:
-    # A graph's segments only: under pytest-xdist another worker's unit tests create rings
-    # with fixed prefixes (cgc-test-..., cgc-ipcpath-...) in the same folder meanwhile.
     return {str(p) for d in SHM.glob(f"cgc-{os.getuid()}*") for p in d.iterdir()
-            if not p.name.startswith(("cgc-test-", "cgc-ipcpath-"))}
+            if _GRAPH_SEGMENT.match(p.name)}
+
+
+def _orphaned(paths: set[str]) -> set[str]:
+    """Those of ``paths`` whose creator process is gone: what an ended run left. Under
+    pytest-xdist another worker's graphs run meanwhile; their creators are alive."""
+    from cgc.runtime.channels.procs import is_alive
+    from cgc.runtime.channels.shm import Segment
+
+    out = set()
+    for path in paths:
+        try:
+            seg = Segment.attach(Path(path).name)
+        except OSError:
+            continue  # unlinked meanwhile: not left
+        try:
+            creator = seg.creator
+        finally:
+            seg.close()
+        if not is_alive(*creator):
+            out.add(path)
+    return out
 
 
 def _processes_of(tmp: str) -> list[int]:
@@ -82,7 +107,7 @@ def _interrupted_run(plan: Path, when: str, iters: int) -> tuple[int, str, str, 
     left = _processes_of(tmp)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-    return proc.returncode, out, err, left, _segments() - before
+    return proc.returncode, out, err, left, _orphaned(_segments() - before)
 
 
 @pytest.mark.slow
