@@ -192,7 +192,7 @@ class ActorLoop(LoopSetup, OpCompiler):
 
     def poison(self) -> None:
         """Wake every blocked op of this loop (they raise ChannelClosedError)."""
-        poison_quietly([*self.writers.values(), *self.readers.values()])
+        poison_quietly(list(self.writers.values()) + list(self.readers.values()))
         for comm in list(self.comms.values()):
             try:  # abort ends a device wait at once (NCCL has no timeouts of its own)
                 comm.abort()

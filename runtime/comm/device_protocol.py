@@ -145,20 +145,22 @@ def collective_plan(statuses: Sequence[tuple[str, Any]], kind: str,
         >>> collective_plan([("dev", m), ("dev", m)], "allreduce", 2)[0] == "dev"
         True
     """
+    dev_, err_, host_, bad_ = (CollectiveStatus.DEVICE, CollectiveStatus.ERROR,
+                               CollectiveStatus.HOST, CollectiveStatus.BAD)
     for kind_, payload in statuses:
-        if kind_ == CollectiveStatus.ERROR:
-            return CollectiveStatus.ERROR, payload
+        if kind_ == err_:
+            return err_, payload
     real = list(enumerate(statuses))
-    bad = [(r, s[1]) for r, s in real if s[0] == CollectiveStatus.BAD]
+    bad = [(r, s[1]) for r, s in real if s[0] == bad_]
     if bad:
         r, what = bad[0]
         raise TypeError(f"{kind}: rank {r} contributed a {what}, not a tensor or array")
     kinds = {s[0] for _, s in real}
-    if kinds == {CollectiveStatus.HOST}:
-        return CollectiveStatus.HOST, [s[1] for s in statuses]
-    if kinds != {CollectiveStatus.DEVICE}:
-        dev = [r for r, s in real if s[0] == CollectiveStatus.DEVICE]
-        host = [r for r, s in real if s[0] == CollectiveStatus.HOST]
+    if kinds == {host_}:
+        return host_, [s[1] for s in statuses]
+    if kinds != {dev_}:
+        dev = [r for r, s in real if s[0] == dev_]
+        host = [r for r, s in real if s[0] == host_]
         raise TypeError(f"{kind}: ranks {dev} contributed device tensors and ranks {host} "
                         "host values; a collective needs one kind on every member")
     metas = [s[1] for _, s in real]
@@ -169,7 +171,7 @@ def collective_plan(statuses: Sequence[tuple[str, Any]], kind: str,
                              f"{first.shape}/{first.dtype}, rank {r} has {m.shape}/{m.dtype}")
     if kind.startswith("reducescatter"):
         scatter_rows(first.shape, world)
-    return CollectiveStatus.DEVICE, first
+    return dev_, first
 
 
 class DeviceCommunicator(Communicator):
@@ -440,22 +442,20 @@ class DeviceCommunicator(Communicator):
         def run(x: Any, meta: TensorMeta) -> Any:
             src = self._input(x)
             (out,) = self._alloc([meta])
-            self.transport.allreduce(src, out, _native_op(op))
-            return self._reduced(out, op)
+            self.transport.allreduce(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op)
+            if op is ReduceOp.AVG:
+                self._divide(out)
+            self._finish([out])
+            return out
 
         return self._coll(f"allreduce.{op.word}", value, timeout, run, op)
 
-    def _reduced(self, out: Any, op: ReduceOp) -> Any:
-        """``out`` after a native reduction of ``_native_op(op)``: an average divided by the
-        world size (flooring integers, as the host rule does), then the comm event."""
-        if op is ReduceOp.AVG:
-            with self.streams.comm_context():
-                if out.is_floating_point() or out.is_complex():
-                    out.div_(self.world_size)
-                else:
-                    out.div_(self.world_size, rounding_mode="floor")
-        self._finish([out])
-        return out
+    def _divide(self, out: Any) -> None:
+        with self.streams.comm_context():
+            if out.is_floating_point() or out.is_complex():
+                out.div_(self.world_size)
+            else:
+                out.div_(self.world_size, rounding_mode="floor")
 
     def allgather(self, value: Any, timeout: float | None = None) -> list[Any]:
         """Every rank's value in rank order: views ``out[r]`` of one ``(world, *shape)``
@@ -488,8 +488,11 @@ class DeviceCommunicator(Communicator):
             n = scatter_rows(meta.shape, world)
             part = TensorMeta((n, *meta.shape[1:]), meta.dtype, meta.nbytes // world)
             (out,) = self._alloc([part])
-            self.transport.reducescatter(src, out, _native_op(op))
-            return self._reduced(out, op)
+            self.transport.reducescatter(src, out, ReduceOp.SUM if op is ReduceOp.AVG else op)
+            if op is ReduceOp.AVG:
+                self._divide(out)
+            self._finish([out])
+            return out
 
         return self._coll(f"reducescatter.{op.word}", value, timeout, run, op)
 
@@ -575,8 +578,3 @@ def _tag_op(tag: str) -> ReduceOp | None:
 def dtype_of(meta: TensorMeta) -> Any:
     """The torch dtype of ``meta``."""
     return torch_dtype(meta.dtype)
-
-
-def _native_op(op: ReduceOp) -> ReduceOp:
-    """The reduction a transport runs for ``op``: an average is a sum, divided afterwards."""
-    return ReduceOp.SUM if op is ReduceOp.AVG else op

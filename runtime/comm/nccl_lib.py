@@ -329,21 +329,14 @@ class CtypesNccl(NcclLib):
     def _wait_ready(self, h: NcclHandle, what: str, deadline: float | None = None,
                     poll: Callable[[], None] | None = None) -> None:
         """Poll a non-blocking communicator until its last call completed."""
-        if self._done(h, what):  # the common case on the op path: no closure, no message
-            return
-        poll_until(lambda: self._done(h, what), deadline, poll,
-                   f"{what}: NCCL still in progress at its deadline", first_nap=_POLL)
+        def done() -> bool:
+            st = self._state(h)
+            if st != SUCCESS and st != IN_PROGRESS:
+                raise NcclError(st, what, self._detail(h.comm))
+            return st == SUCCESS
 
-    def _done(self, h: NcclHandle, what: str) -> bool:
-        """Whether the communicator's last call completed.
-
-        Raises:
-            NcclError: it failed (named by ``what``).
-        """
-        st = self._state(h)
-        if st != SUCCESS and st != IN_PROGRESS:
-            raise NcclError(st, what, self._detail(h.comm))
-        return st == SUCCESS
+        poll_until(done, deadline, poll, f"{what}: NCCL still in progress at its deadline",
+                   first_nap=_POLL)
 
     def init(self, world: int, uid: bytes, rank: int, deadline: float,
              poll: Callable[[], None] | None = None, device: int | None = None) -> NcclHandle:
