@@ -9,7 +9,7 @@ import pytest
 
 from cgc.runtime.channels.errors import ChannelTimeoutError
 from cgc.runtime.comm.sidechannel import SideKind
-from cgc.runtime.gpu.polling import MAX_NAP, poll_until
+from cgc.runtime.gpu.polling import poll_until
 from cgc.runtime.gpu.streams import wait_event
 
 
@@ -30,7 +30,7 @@ def test_deadline_raises_the_callers_message_and_poll_can_end_the_wait():
     t0 = time.monotonic()
     with pytest.raises(ChannelTimeoutError, match=r"^copy not done$"):
         poll_until(lambda: False, t0 + 0.05, None, "copy not done")
-    assert time.monotonic() - t0 < 0.05 + 10 * MAX_NAP + 1.0
+    assert time.monotonic() - t0 >= 0.05  # not before its deadline (how late: tools/bench)
 
     def boom() -> None:
         raise RuntimeError("aborted")
