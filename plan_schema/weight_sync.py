@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import CgcError
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "param_nbytes",
     "param_digest",
     "bucket_layout",
+    "sync_summary",
+    "transfer_lines",
 ]
 
 # The methods of the two ends' CALL nodes: not identifiers, so no user method has them.
@@ -126,3 +129,47 @@ def bucket_layout(params: Sequence[ParamSpec], bucket_bytes: int) -> list[list[M
     if cur:
         buckets.append(cur)
     return buckets
+
+
+def sync_summary(sync: pb.WeightSync, transfer: pb.TransferPlan) -> str:
+    """``"4 params, 1,680 bytes, 3 buckets, digest 8044e1fb88355f09"``: a sync in one phrase.
+
+    Example: ``sync_summary(pb.WeightSync(), pb.TransferPlan())`` is
+    ``"0 params, 0 bytes, 0 buckets, digest -"``.
+
+    Raises:
+        Nothing: any pair of messages has a summary.
+    """
+    return (f"{len(sync.params)} params, {transfer.total_bytes:,} bytes, "
+            f"{len(transfer.buckets)} buckets, digest {transfer.digest.hex()[:16] or '-'}")
+
+
+def _member_text(sync: pb.WeightSync, m: pb.BucketMember) -> str:
+    """``w2[32,4]float32@512``: a parameter at its offset in a bucket."""
+    p = sync.params[m.param] if m.param < len(sync.params) else pb.WeightParam(name="?")
+    return f"{p.name}[{','.join(str(d) for d in p.shape)}]{p.dtype}@{m.offset}"
+
+
+def transfer_lines(plan: pb.Plan, max_members: int = 4) -> list[str]:
+    """The weight syncs of a plan as ``cgc inspect`` prints them: one line per sync, one per
+    bucket (its first ``max_members`` parameters, then how many more); none without syncs.
+
+    Example: ``transfer_lines(pb.Plan())`` is ``[]``.
+
+    Raises:
+        Nothing: a plan with fewer transfer plans than syncs prints the ones it has.
+    """
+    g = plan.graph
+    if not g.weight_syncs:
+        return []
+    out = [f"weight syncs ({len(g.weight_syncs)}):"]
+    for s, t in zip(g.weight_syncs, plan.lowered.transfers, strict=False):
+        targets = ",".join(f"{a}.{s.target_attr}" for a in s.targets)
+        out.append(f"  sync {s.id} {s.name!r}: {s.source}.{s.source_attr} -> {targets}: "
+                   f"{sync_summary(s, t)} (bucket_bytes={s.bucket_bytes:,})")
+        for b in t.buckets:
+            shown = " ".join(_member_text(s, m) for m in b.members[:max_members])
+            more = len(b.members) - max_members
+            out.append(f"    bucket {b.index}: {b.nbytes:,} bytes, {len(b.members)} params: "
+                       f"{shown}" + (f" ... ({more} more)" if more > 0 else ""))
+    return out
