@@ -15,7 +15,7 @@ from cgc.plan_schema.errors import EXIT_INVALID_PLAN
 
 HERE = Path(__file__).resolve().parent
 MODEL = HERE / "weight_sync_model.py"
-GOLDEN = HERE.parent / "golden" / "weight_sync_inspect.txt"
+GOLDEN = HERE / "golden" / "weight_sync_inspect.txt"
 sys.path.insert(0, str(HERE.parent / "golden"))
 
 from test_golden import check_golden  # noqa: E402
