@@ -58,9 +58,16 @@ def main() -> None:
     ap.add_argument("--size", default="tiny", choices=sorted(rl_policy.SIZES))
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--gpus", type=float, default=0.0)
+    ap.add_argument("--bucket-bytes", type=int, default=256 << 20,
+                    help="the weight sync's bucket size (default 256 MiB)")
     args = ap.parse_args()
     cfg = rl_policy.SIZES[args.size]
-    with cgc.compile(build_dag(args.size, args.gpus), name="rl_loop").start() as graph:
+    plan = cgc.compile(build_dag(args.size, args.gpus, bucket_bytes=args.bucket_bytes),
+                       name="rl_loop")
+    sync = plan.proto.lowered.transfers[0]
+    print(f"weight sync: {sync.total_bytes:,} bytes in {len(sync.buckets)} buckets per "
+          f"rollout, digest {sync.digest.hex()[:16]}")
+    with plan.start() as graph:
         t0 = time.perf_counter()
         rows = [[r.get() for r in graph.execute(it)] for it in range(args.iterations)]
         dt = time.perf_counter() - t0
