@@ -26,9 +26,13 @@ class GraphedRollout(rl_policy.Rollout):
             return self.policy.logits(self.probe)
 
     def check(self, graphed: torch.Tensor) -> dict[str, Any]:
+        """How far the replay is from an eager call now, and how far the eager result moved
+        since the last sync (a replay reading stale weights is off by that much)."""
         with torch.no_grad():
             eager = self.policy.logits(self.probe)
-        return {"replay_equals_eager": bool(torch.equal(graphed, eager)),
+        last, self.last_eager = getattr(self, "last_eager", None), eager
+        return {"replay_off": float((graphed - eager).abs().max()),
+                "moved": float("inf") if last is None else float((eager - last).abs().max()),
                 "ptrs": [p.data_ptr() for p in self.policy.parameters()],
                 "reward": self.last_reward}
 

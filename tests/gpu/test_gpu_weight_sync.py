@@ -53,7 +53,9 @@ def test_sync_in_place_keeps_captured_graphs_valid(transport):
         stats = g.cuda_graph_stats()
     assert [[c["reward"] for c in row] for row in rows] == \
         rl_policy.reference(CFG, ITERATIONS, "cuda")
-    assert all(c["replay_equals_eager"] for row in rows for c in row)
+    # the replay follows the new weights: it is within float noise of an eager call while
+    # each sync moves the result by far more (stale weights would be off by that much)
+    assert all(c["replay_off"] <= 1e-5 and c["moved"] > 1e-3 for row in rows for c in row), rows
     for r in range(2):
         assert len({tuple(row[r]["ptrs"]) for row in rows}) == 1
     assert len(stats) == 2  # one captured call per rollout, replayed after the warm-up
