@@ -24,6 +24,7 @@ import sync_actors  # noqa: E402
 import cgc  # noqa: E402
 from cgc import InputNode, MultiOutputNode  # noqa: E402
 from cgc.plan_schema import plan_pb2 as pb  # noqa: E402
+from cgc.plan_schema.weight_sync import param_digest  # noqa: E402
 from cgc.runtime.errors import WeightSyncMismatchError  # noqa: E402
 
 CFG = rl_policy.SIZES["tiny"]
@@ -97,3 +98,18 @@ def test_a_module_unlike_the_plan_is_refused_at_start(shipped, end, change, name
     assert "nothing was sent" in msg
     # refused in set-up round 1, not after a set-up timeout (the plan's is 120 s)
     assert took < plan.proto.config.setup_timeout_s / 4, took
+
+
+def test_each_end_checks_the_plans_list(shipped):
+    """A plan edited consistently (a parameter renamed, the digest recomputed) passes the
+    verifier, and every end refuses it at start: the runtime checks the list stored in the
+    plan, not one it works out again."""
+    plan = cgc.compile(_dag(), name="rl_edited")
+    s, t = plan.proto.graph.weight_syncs[0], plan.proto.lowered.transfers[0]
+    s.params[0].name = "w1_new"
+    t.digest = param_digest([(p.name, tuple(p.shape), p.dtype) for p in s.params])
+    with pytest.raises(WeightSyncMismatchError) as err:
+        plan.start(get_timeout=60)
+    msg = str(err.value)
+    for actor in ("learner", "rollout0", "rollout1"):
+        assert f"actor {actor} " in msg and "parameter 'w1_new' is missing" in msg, msg
