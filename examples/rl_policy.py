@@ -41,19 +41,30 @@ def _init(cfg: dict[str, Any], tag: int, shape: Sequence[int], std: float,
     return (torch.randn(*shape, generator=gen) * std).to(device)
 
 
-class _Policy:
-    """obs -> tanh hidden layer -> action logits; its parameters as one flat tensor."""
+class Policy(torch.nn.Module):
+    """obs -> tanh hidden layer -> action logits; parameters ``w1, b1, w2, b2`` (a module, so
+    a weight sync can name it: ``cgc.weight_sync(..., attr="policy")``)."""
 
-    def __init__(self, cfg: dict[str, Any], device: torch.device) -> None:
+    def __init__(self, cfg: dict[str, Any], device: torch.device | str | None = None,
+                 trainable: bool = True) -> None:
+        super().__init__()
         o, h, a = cfg["obs"], cfg["hidden"], cfg["actions"]
-        self.params = [_init(cfg, 1, (o, h), o ** -0.5, device),
-                       torch.zeros(h, device=device),
-                       _init(cfg, 2, (h, a), 0.1 * h ** -0.5, device),
-                       torch.zeros(a, device=device)]
+        device = torch.device(device) if device is not None else torch.get_default_device()
+        if device.type == "meta":  # the shapes only (cgc.WeightSpec.from_module)
+            init = [torch.empty(o, h), torch.empty(h), torch.empty(h, a), torch.empty(a)]
+        else:
+            init = [_init(cfg, 1, (o, h), o ** -0.5, device), torch.zeros(h, device=device),
+                    _init(cfg, 2, (h, a), 0.1 * h ** -0.5, device),
+                    torch.zeros(a, device=device)]
+        self.w1, self.b1, self.w2, self.b2 = (torch.nn.Parameter(t, requires_grad=trainable)
+                                              for t in init)
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return [self.w1, self.b1, self.w2, self.b2]
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
-        w1, b1, w2, b2 = self.params
-        return torch.tanh(obs @ w1 + b1) @ w2 + b2
+        return torch.tanh(obs @ self.w1 + self.b1) @ self.w2 + self.b2
 
     def flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for p in self.params])
@@ -74,7 +85,7 @@ class Rollout:
     def __init__(self, cfg: dict[str, Any], rank: int, device: str = "auto") -> None:
         self.cfg, self.rank = dict(cfg), rank
         self.device = pick_device(device)
-        self.policy = _Policy(cfg, self.device)
+        self.policy = Policy(cfg, self.device, trainable=False)
         self.teacher = _init(cfg, 3, (cfg["obs"], cfg["actions"]), 1.0, self.device)
         self.last_reward = float("nan")
 
@@ -97,6 +108,11 @@ class Rollout:
         self.policy.load(weights.to(self.device))
         return self.last_reward
 
+    def report(self, synced_bytes: int) -> float:
+        """After a weight sync (``cgc.weight_sync`` wrote ``self.policy`` in place): the
+        mean reward this actor sampled in the iteration that produced the new weights."""
+        return self.last_reward
+
 
 class Learner:
     """The learner: one REINFORCE step per iteration on every rollout's samples."""
@@ -104,14 +120,18 @@ class Learner:
     def __init__(self, cfg: dict[str, Any], device: str = "auto") -> None:
         self.cfg = dict(cfg)
         self.device = pick_device(device)
-        self.policy = _Policy(cfg, self.device)
-        for p in self.policy.params:
-            p.requires_grad_()
+        self.policy = Policy(cfg, self.device)
         self.opt = torch.optim.Adam(self.policy.params, lr=cfg["lr"])
 
     def update(self, *trajectories: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """One policy-gradient step on the rollouts' samples (in rollout order); returns
         the new weights, flat."""
+        self.train(*trajectories)
+        return self.policy.flat()
+
+    def train(self, *trajectories: tuple[torch.Tensor, ...]) -> float:
+        """One policy-gradient step on the rollouts' samples (in rollout order); returns
+        the loss. The new weights stay in ``self.policy`` (for a weight sync)."""
         obs, actions, rewards = (torch.cat([t[i].to(self.device) for t in trajectories])
                                  for i in range(3))
         logp = F.log_softmax(self.policy.logits(obs), dim=-1)
@@ -120,7 +140,7 @@ class Learner:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        return self.policy.flat()
+        return float(loss.detach())
 
 
 def reference(cfg: dict[str, Any], iterations: int, device: str = "auto") -> list[list[float]]:

@@ -150,6 +150,8 @@ class Limits:
             turning a string into an int, ``sys.get_int_max_str_digits()``, is 4300).
         tensor_dims: dimensions of one tensor value or ``TensorSpec``.
         tensor_bytes: bytes one declared ``TensorSpec`` (a static edge's tensor) stands for.
+        weight_params: parameters of one weight sync (``WeightSync.params``), and members
+            of one of its buckets (format 1.7).
     """
 
     capacity: int = 1024
@@ -184,6 +186,7 @@ class Limits:
     bigint_digits: int = 4300
     tensor_dims: int = 32
     tensor_bytes: int = 1 << 40
+    weight_params: int = 1_000_000
 
 
 # The limits every plan is checked against unless the caller passes others.

@@ -45,6 +45,7 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import PlanFormatError
+from cgc.plan_schema.weight_sync import transfer_lines
 
 __all__ = ["format_op", "parse_op", "format_program", "parse_program", "format_plan_text"]
 
@@ -296,6 +297,7 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
     if low.communicators:
         out.append("communicators:")
         out.extend(f"  comm {c.id}: {' '.join(c.members)}" for c in low.communicators)
+    out.extend(transfer_lines(plan))
     out.append("programs:")
     out.extend("  " + format_program(p) for p in low.programs)
     depths = [f"{p.actor}={p.wake_depth}" for p in low.programs if p.wake_depth]

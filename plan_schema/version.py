@@ -9,12 +9,14 @@ from __future__ import annotations
 __all__ = ["FORMAT_MAJOR", "FORMAT_MINOR", "CGC_VERSION", "PRODUCER", "MAGIC"]
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 6  # 1: ClassRef.pickled_class; 2: Program.wake_depth; 3: ExternalActor.placement;
+FORMAT_MINOR = 7  # 1: ClassRef.pickled_class; 2: Program.wake_depth; 3: ExternalActor.placement;
 # 4: Node.cuda_graph, Program.captured_ops; 5: Communicator.backend gone (field 2 reserved: the
 # runtime binds transports from placement). A 1.4 runtime refuses a 1.5 plan that has
 # communicators (its structure check asks for a backend); 1.5 reads 1.4 plans (the old field
 # is an unknown one, kept as is). 6: TransportHint.requested (a Ray RDT transport's name, shown
-# in the edge's reason; older runtimes ignore it).
+# in the edge's reason; older runtimes ignore it). 7: Graph.weight_syncs, Lowered.transfers (a
+# weight sync's transfer plan); 1.7 reads older plans (no syncs); a 1.6 runtime refuses a 1.7
+# plan with a sync at start (its actors have no method "cgc.sync.send").
 CGC_VERSION = "0.1.0"
 PRODUCER = f"cgc {CGC_VERSION}"
 # PNG-style magic: the high byte catches 7-bit transfers, the newline catches text-mode ones.

@@ -42,6 +42,7 @@ __all__ = [
     "PlacementError",
     "SetupError",
     "ShmSpaceError",
+    "WeightSyncMismatchError",
     "DirectReturnError",
     "to_exception",
     "mro_names",
@@ -153,6 +154,13 @@ class PlacementError(CgcError):
 
 class SetupError(CgcError):
     """Starting the graph failed (actor creation, channel set-up, warm-up)."""
+
+
+class WeightSyncMismatchError(SetupError):
+    """At start, an end of a weight sync found its live module unlike the plan's parameter
+    list (a renamed, missing, extra, reshaped or re-typed parameter, or no module at the
+    attribute), before any byte moved. The message names the sync, the actor, the
+    parameter, and what the plan expects against what the actor holds."""
 
 
 class ShmSpaceError(SetupError):

@@ -56,6 +56,7 @@ from cgc.frontend.nodes import (
     OutputRef,
 )
 from cgc.frontend.tracer import TraceResult, trace
+from cgc.frontend.weight_sync import WeightSpec, weight_sync
 
 __all__ = [
     "actor",
@@ -75,6 +76,8 @@ __all__ = [
     "CallNode",
     "OutputRef",
     "InputAttributeNode",
+    "WeightSpec",
+    "weight_sync",
 ]
 
 

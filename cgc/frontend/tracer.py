@@ -37,6 +37,7 @@ from cgc.frontend.nodes import (
 )
 from cgc.frontend.ray_private import is_ray_dag_object
 from cgc.frontend.reporter import Names
+from cgc.frontend.weight_sync import SyncNode, sync_proto
 from cgc.plan_schema import plan_pb2 as pb
 
 __all__ = ["TraceResult", "trace"]
@@ -177,6 +178,10 @@ class _Tracer:
             self._call(node, n)
         for cid, grp in enumerate(groups):
             self._collective(g, cid, grp)
+        syncs = [n.sync for n in order if isinstance(n, SyncNode) and n is n.sync.send]
+        for sid, sync in enumerate(syncs):
+            g.weight_syncs.append(sync_proto(sync, sid, self.ids, self.names.actor,
+                                             self.renderer.proto(sync.loc)))
         out = g.nodes.add(id=len(g.nodes), kind=pb.OUTPUT, name="output", multi_output=multi)
         out.loc.CopyFrom(self.renderer.proto(out_loc))
         for v in outputs:
@@ -226,7 +231,7 @@ class _Tracer:
         node.bind_index = self.names.bind_index[id(n)]
         node.cuda_graph = bool(n.actor.options.get("cuda_graph")) or \
             declared_cuda_graph(n.actor.cls, n.method)
-        if isinstance(n, CallNode):
+        if isinstance(n, CallNode) and not isinstance(n, SyncNode):
             check_method(self.names, n, n.actor.cls)
         for i, v in enumerate(n.args):
             node.args.append(self._arg(n, v, f"argument {i}"))

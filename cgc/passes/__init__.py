@@ -25,6 +25,7 @@ from cgc.passes import (
     transports,
     verify_pass,
     wake,
+    weight_sync,
 )
 from cgc.passes.state import LowerOptions, LowerState, Pass, PassInvariantError
 from cgc.plan_schema import plan_pb2 as pb
@@ -32,6 +33,7 @@ from cgc.plan_schema import plan_pb2 as pb
 __all__ = ["lower", "LowerOptions", "LowerState", "Pass", "PassInvariantError", "PIPELINE"]
 
 PIPELINE: list[Pass] = [
+    Pass("weight_sync", weight_sync.assign_transfers, weight_sync.pre, weight_sync.post),
     Pass("transports", transports.assign_transports, transports.pre, transports.post),
     Pass("channels", channels.build_channels, channels.pre, channels.post),
     Pass("communicators", communicators.build_communicators, communicators.pre, communicators.post),

@@ -15,6 +15,7 @@ from html import escape
 from itertools import pairwise
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.weight_sync import sync_summary
 from cgc.viz.style import actor_tint, class_name, quote, task_label
 
 __all__ = ["graph_dot", "TRANSPORT_STYLE"]
@@ -25,6 +26,20 @@ TRANSPORT_STYLE = {
     pb.NCCL: 'color="#1f5fbf", penwidth=2.2',
     pb.DEVICE_COPY: 'color="#b35900", style=bold',
 }
+SYNC_STYLE = 'color="#2b8c3e", penwidth=3'
+
+
+def _sync_edges(plan: pb.Plan, edges: dict[tuple[int, int, int], pb.Edge]) -> dict[int, str]:
+    """Receive node -> the DOT edge of its weight sync: one edge per target (not one per
+    bucket), labelled with the transfer plan and the buckets' transport."""
+    out = {}
+    for s, t in zip(plan.graph.weight_syncs, plan.lowered.transfers, strict=False):
+        for rid in s.recv_nodes:
+            edge = edges.get((s.send_node, 0, rid))
+            how = pb.Transport.Name(edge.transport).lower() if edge else "?"
+            label = f"weight sync {s.name!r} ({how})\n{sync_summary(s, t)}"
+            out[rid] = f"  n{s.send_node} -> n{rid} [{SYNC_STYLE}, label={quote(label)}];"
+    return out
 
 
 def _task_html(node: pb.Node, graph: pb.Graph, actor: pb.Actor) -> str:
@@ -82,7 +97,11 @@ def graph_dot(plan: pb.Plan) -> str:
         elif node.kind == pb.OUTPUT:
             lines.append(f'  n{node.id} [label="output", fillcolor="#fee391"];')
     order = {a.name: i for i, a in enumerate(graph.actors)}
+    syncs = _sync_edges(plan, edges)
     for node in graph.nodes:
+        if node.id in syncs:
+            lines.append(syncs[node.id])
+            continue
         refs = [a.ref for a in node.args if a.HasField("ref")]
         refs += [k.arg.ref for k in node.kwargs if k.arg.HasField("ref")]
         for ref in refs:

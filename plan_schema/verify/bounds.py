@@ -71,6 +71,14 @@ REPEATED_BOUNDS = {
     "cgc.plan.Program.ops": "ops",
     "cgc.plan.Program.captured_ops": "ops",
     "cgc.plan.Op.extract": "nodes",
+    "cgc.plan.Graph.weight_syncs": "actors",
+    "cgc.plan.WeightSync.targets": "actors",
+    "cgc.plan.WeightSync.recv_nodes": "actors",
+    "cgc.plan.WeightSync.params": "weight_params",
+    "cgc.plan.WeightParam.shape": "tensor_dims",
+    "cgc.plan.Lowered.transfers": "actors",
+    "cgc.plan.TransferPlan.buckets": "num_returns",
+    "cgc.plan.WeightBucket.members": "weight_params",
 }
 
 # Resource names Ray reserves for its own options (num_cpus, num_gpus, memory, ...).
@@ -129,6 +137,26 @@ def _check_counts(plan: pb.Plan, limits: Limits) -> None:
     for comm in low.communicators:
         limit(f"communicator {comm.id} members", len(comm.members), limits,
               "communicator_size")
+    _check_sync_counts(plan, limits)
+
+
+def _check_sync_counts(plan: pb.Plan, limits: Limits) -> None:
+    """Lengths of the weight syncs' lists (format 1.7)."""
+    g, low = plan.graph, plan.lowered
+    limit("the number of weight syncs", len(g.weight_syncs), limits, "actors")
+    limit("the number of transfer plans", len(low.transfers), limits, "actors")
+    for s in g.weight_syncs:
+        limit(f"weight sync {s.id} targets", len(s.targets), limits, "actors")
+        limit(f"weight sync {s.id} receive nodes", len(s.recv_nodes), limits, "actors")
+        limit(f"weight sync {s.id} parameters", len(s.params), limits, "weight_params")
+        for p in s.params:
+            limit(f"weight sync {s.id} parameter dimensions", len(p.shape), limits,
+                  "tensor_dims")
+    for t in low.transfers:
+        limit(f"transfer plan {t.sync} buckets", len(t.buckets), limits, "num_returns")
+        for b in t.buckets:
+            limit(f"transfer plan {t.sync} bucket members", len(b.members), limits,
+                  "weight_params")
 
 
 # ---------------------------------------------------------------- numbers and options

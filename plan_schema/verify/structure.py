@@ -36,6 +36,7 @@ from cgc.plan_schema.inputs import input_problems
 from cgc.plan_schema.verify.bounds import Rings, Values, check_bounds, check_spec, limit
 from cgc.plan_schema.verify.errors import PlanStructureError
 from cgc.plan_schema.verify.programs import Index, check_programs, node_inputs
+from cgc.plan_schema.verify.weight_sync import check_weight_syncs
 
 __all__ = ["check_structure", "node_inputs"]
 
@@ -442,4 +443,5 @@ def check_structure(plan: pb.Plan, limits: Limits | None = None) -> None:
     _check_communicators(plan, ix)
     _check_config(plan, ix)
     _check_edges(plan, ix)
+    check_weight_syncs(plan)
     check_programs(plan, ix)

@@ -36,6 +36,7 @@ from cgc.runtime.actor.loop_state import LoopOptions
 from cgc.runtime.actor.loops import EXITS, LOOPS, LOOPS_CHANGED, LOOPS_LOCK, MAX_EXITS, TRACES
 from cgc.runtime.actor.op_compile import OpCompiler
 from cgc.runtime.actor.op_text import op_text
+from cgc.runtime.actor.weight_sync import sync_methods
 from cgc.runtime.channels.ends import close_quietly, detach_quietly, poison_quietly
 from cgc.runtime.channels.errors import ChannelClosedError
 from cgc.runtime.errors import SetupError
@@ -74,10 +75,12 @@ class ActorLoop(LoopSetup, OpCompiler):
         self.bells: Any = None  # cgc.runtime.channels.bell.Bells when wake-ahead is on
         self._methods: dict[int, Any] = {}
         self._direct: dict[int, set[int]] | None = None
+        # Weight-sync ends: checked against the live module here, in set-up round 1.
+        syncs = sync_methods(plan, actor, obj) if plan.graph.weight_syncs else {}
         for op in list(self.program.prologue) + list(self.program.ops):
             if op.kind == pb.COMPUTE and op.task not in self._methods:
                 node = plan.graph.nodes[op.task]
-                fn = getattr(obj, node.method, None)
+                fn = syncs.get(op.task) or getattr(obj, node.method, None)
                 if not callable(fn):
                     raise SetupError(
                         f"actor {actor} ({type(obj).__qualname__}) has no method "

@@ -165,15 +165,21 @@ def _gather(refs: dict[Any, str], deadline: float, what: str) -> dict[str, Any]:
     ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=left)
     out: dict[str, Any] = {}
     errors = []
+    kinds: set[type] = set()
     for r in ready:
         try:
             out[refs[r]] = ray.get(r)
         except Exception as exc:  # noqa: BLE001 - report per actor
             cause = getattr(exc, "cause", None) or exc
+            kinds.add(type(cause))
             errors.append(f"actor {refs[r]}: {type(cause).__name__}: {cause}")
     errors += [f"actor {refs[r]}: no answer within the set-up timeout" for r in not_ready]
     if errors:
-        raise SetupError(f"{what} failed:\n  " + "\n  ".join(sorted(errors)))
+        # One kind of SetupError from every failing actor (a weight-sync mismatch, say)
+        # keeps its type, so callers can catch it.
+        kind = kinds.pop() if len(kinds) == 1 and not not_ready else SetupError
+        kind = kind if issubclass(kind, SetupError) else SetupError
+        raise kind(f"{what} failed:\n  " + "\n  ".join(sorted(errors)))
     return out
 
 

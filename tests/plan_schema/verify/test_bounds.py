@@ -104,6 +104,10 @@ def _rich_plan() -> pb.Plan:
     at = next(i for i, op in enumerate(prog.ops) if op.kind == pb.COMPUTE)
     g.nodes[prog.ops[at].task].cuda_graph = True
     prog.captured_ops.append(at)
+    # format 1.7: a weight sync and its transfer plan (counted in layer 1: no sense needed)
+    sync = g.weight_syncs.add(targets=[g.actors[0].name], recv_nodes=[1])
+    sync.params.add(name="w", shape=[2], dtype="float32", nbytes=8)
+    plan.lowered.transfers.add().buckets.add(nbytes=8).members.add(nbytes=8)
     return plan
 
 
