@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from cgc.hf.architectures import ARCHITECTURES, ATTENTION, DTYPES, UnsupportedModelError
 from cgc.hf.decode import divergence, first_difference, generate, prompts, run_stages, split_layers
-from cgc.hf.pipeline import Pipeline, build_dag, pipeline
+from cgc.hf.graph import Pipeline, build_dag, pipeline, stage_options
 from cgc.hf.reference import (
     GenerationSettings,
     generate_reference,
@@ -30,5 +30,5 @@ __all__ = [
     "HFStage", "ModelSpec", "Pipeline", "Sampling", "UnsupportedModelError", "build_dag",
     "divergence", "first_difference", "generate", "generate_reference", "generation_settings",
     "load_model", "model_spec", "pipeline", "prompts", "reference_model", "run_stages",
-    "skeleton", "split_layers",
+    "skeleton", "split_layers", "stage_options",
 ]

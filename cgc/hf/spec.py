@@ -51,6 +51,26 @@ class ModelSpec:
     attn: str
     seed: int
 
+    def plain(self) -> dict[str, Any]:
+        """The spec as plain data (what a plan stores as a stage's constructor argument)."""
+        return dict(arch=self.arch, config_json=self.config_json, checkpoint=self.checkpoint,
+                    dtype=self.dtype, attn=self.attn, seed=self.seed)
+
+    @classmethod
+    def of(cls, spec: ModelSpec | dict[str, Any]) -> ModelSpec:
+        """``spec``, or the spec ``plain()`` gave, its fields checked against the allow-lists.
+
+        Raises:
+            UnsupportedModelError: an architecture, dtype or attention outside them.
+        """
+        if isinstance(spec, ModelSpec):
+            return spec
+        out = cls(**spec)
+        dtype_of(out.dtype)
+        if out.attn not in out.architecture.attention:
+            raise UnsupportedModelError(f"attention {out.attn!r} for {out.arch}")
+        return out
+
     @property
     def config(self) -> dict[str, Any]:
         """A fresh copy of the config as a dict."""

@@ -117,6 +117,9 @@ class HFStage:
     pos)`` takes positions as a tensor and masks the whole cache, so a step is the same
     kernels at every position and can be replayed as a CUDA graph (greedy only).
 
+    ``spec`` and ``sampling`` may be given as plain data (``ModelSpec.plain()``,
+    ``dataclasses.asdict``), as a plan stores them.
+
     Example: ``HFStage(model_spec("qwen2"), 0, 2, microbatches=2, batch=4, max_seq=64)``.
 
     Raises:
@@ -124,9 +127,13 @@ class HFStage:
         UnsupportedModelError: see ``model_spec``.
     """
 
-    def __init__(self, spec: ModelSpec, first: int, last: int, microbatches: int = 1,
-                 batch: int = 1, max_seq: int = 256, device: str = "auto",
-                 compile: bool = False, sampling: Sampling | None = None) -> None:
+    def __init__(self, spec: ModelSpec | dict[str, Any], first: int, last: int,
+                 microbatches: int = 1, batch: int = 1, max_seq: int = 256,
+                 device: str = "auto", compile: bool = False,
+                 sampling: Sampling | dict[str, Any] | None = None) -> None:
+        spec = ModelSpec.of(spec)  # plain data where it came through a plan
+        if isinstance(sampling, dict):
+            sampling = Sampling(**sampling)
         self.device = pick_device(device)
         self.dtype = dtype_of(spec.dtype)
         self.arch = arch = spec.architecture

@@ -1,5 +1,5 @@
-"""The public way in: a checkpoint directory (or a config and a seed) to a started,
-pipelined generator on cgc, stage actors each loading only their own weights.
+"""The cgc graph of stage actors and the public way in: a checkpoint directory (or a config
+and a seed) to a started, pipelined generator, stage actors each loading only their own weights.
 
     from cgc.hf import pipeline
     with pipeline("path/to/checkpoint", stages=2, batch=2) as gen:
@@ -8,6 +8,7 @@ pipelined generator on cgc, stage actors each loading only their own weights.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,8 +60,9 @@ def build_dag(spec: ModelSpec, stages: int = 2, microbatches: int = 2, batch: in
         raise ValueError("sampling with cuda_graph: a replayed step cannot reseed its "
                          "generators; sample eagerly")
     opts = stage_options(device, stages, num_gpus, cuda_graph)
-    actors = [Stage.options(**opts).bind(spec, a, b, microbatches, batch, max_seq, device,
-                                         compile, sampling)
+    plain = None if sampling is None else dataclasses.asdict(sampling)
+    actors = [Stage.options(**opts).bind(spec.plain(), a, b, microbatches, batch, max_seq,
+                                         device, compile, plain)
               for a, b in split_layers(spec.num_layers, stages)]
     with InputNode() as inp:
         mb, x, pos = inp[0], inp[1], inp[2]
