@@ -93,7 +93,8 @@ class Pipeline:
         Raises:
             ValueError: more microbatches or another batch than the pipeline was built for.
         """
-        ps = [prompt_list] if torch.is_tensor(prompt_list) else list(prompt_list)
+        ps: list[torch.Tensor] = ([prompt_list] if isinstance(prompt_list, torch.Tensor)
+                                  else list(prompt_list))
         if len(ps) > self.microbatches or any(p.shape[0] != self.batch for p in ps):
             raise ValueError(f"{len(ps)} microbatches of batch {[p.shape[0] for p in ps]}: "
                              f"the pipeline holds {self.microbatches} of batch {self.batch}")

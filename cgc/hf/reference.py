@@ -104,8 +104,9 @@ def reference_model(checkpoint: str, spec: ModelSpec, device: str = "cpu") -> An
     Raises:
         UnsupportedModelError: an unknown dtype.
     """
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        checkpoint, dtype=dtype_of(spec.dtype), attn_implementation=spec.attn)
+    auto: Any = transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(checkpoint, dtype=dtype_of(spec.dtype),
+                                 attn_implementation=spec.attn)
     return model.to(device).eval()
 
 

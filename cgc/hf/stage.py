@@ -99,11 +99,11 @@ def load_model(spec: ModelSpec, device: str = "auto") -> Any:
     dev = pick_device(device)
     model, config = skeleton(spec)
     weights = Weights(spec, dev, config.tie_word_embeddings)
+    base = getattr(model, model.base_model_prefix)
+    base.rotary_emb = _rotary(base, config, dev)  # built for real first: no meta buffers
     _fill(model, "", weights, dtype_of(spec.dtype))
     if config.tie_word_embeddings:
         model.lm_head.weight = model.get_input_embeddings().weight
-    base = getattr(model, model.base_model_prefix)
-    base.rotary_emb = _rotary(base, config, dev)
     weights.close()
     return model.eval()
 
@@ -168,7 +168,7 @@ class HFStage:
         if compile:  # fused kernels, as a user would; cgc may still capture the whole step
             self.layers = [torch.compile(layer, dynamic=False) for layer in self.layers]
         self.windows = [window_of(arch, config, i) for i in range(first, last)]
-        types = getattr(config, "layer_types", None)
+        types: list[str] = list(getattr(config, "layer_types", None) or [])
         self.rope_keys = [types[i] if arch.rotary_per_layer_type else None
                           for i in range(first, last)]
         self._embed_mult = getattr(config, arch.embedding_multiplier) \
@@ -211,6 +211,8 @@ class HFStage:
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """The last position's logits (float32), scaled as the library's forward does."""
         a, c = self.arch, self.config
+        if self.head is None or self.norm is None:
+            raise ValueError(f"layers [{self.first}, {self.last}): not the last stage")
         logits = self.head(self.norm(h[:, -1:]))
         if a.logit_divisor:
             logits = logits / getattr(c, a.logit_divisor)

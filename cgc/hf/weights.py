@@ -109,7 +109,7 @@ class Weights:
 
     def _experts(self, prefix: str, name: str) -> torch.Tensor:
         """``prefix + name`` as ``from_pretrained`` builds it from per-expert keys."""
-        per_expert = []
+        per_expert: list[torch.Tensor] = []
         while f"{prefix}{len(per_expert)}.{_EXPERTS[name][0]}.weight" in self._where:
             e = len(per_expert)
             per_expert.append(torch.cat([self._tensor(f"{prefix}{e}.{part}.weight")
