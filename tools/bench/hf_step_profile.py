@@ -17,7 +17,8 @@ whether the step is bound by the host or the device.
 each decoder layer, norm and head, the argmax's copy to the host, building the position
 tensor): Python per layer, argument packing, synchronisation.
 ``cgc_1_stage``: the same stage as a cgc actor, the driver's loop (``cgc.hf.generate``):
-minus ``stage_forward``, the driver hop. Prints one JSON object per row, then a table.
+minus ``stage_forward``, the driver hop. ``ray_cgraph_1_stage``: the same actor in a Ray
+Compiled Graph: against ``cgc_1_stage``, cgc's runtime against Ray's on the same step. Prints one JSON object per row, then a table.
 """
 
 from __future__ import annotations
@@ -90,15 +91,17 @@ def profile(args: argparse.Namespace) -> list[dict[str, Any]]:
     tok = prompt[:, -1:].cpu()
     pos = torch.tensor([args.prompt_len])
     stage.forward(prompt.cpu(), 0, 0)
-    rows.append(dict(row="stage_forward", ms_per_token=_per_token(
-        lambda: stage.forward(tok, 0, pos).cpu(), n, dev, args.rounds)))
-    host = []
-    for _ in range(n):
+    host, whole = [], []
+    for _ in range(n * args.rounds):  # medians per call: one-off stalls of a busy host out
         _sync(dev)
         t0 = time.perf_counter()
         out = stage.forward(tok, 0, pos)
-        host.append((time.perf_counter() - t0) * 1e3)
+        t1 = time.perf_counter()
         out.cpu()
+        _sync(dev)
+        host.append((t1 - t0) * 1e3)
+        whole.append((time.perf_counter() - t0) * 1e3)
+    rows.append(dict(row="stage_forward", ms_per_token=statistics.median(whole)))
     rows.append(dict(row="stage_host", ms_per_token=statistics.median(host)))
     rows.append(dict(row="stage_parts", **_parts(stage, tok, pos, dev, n)))
     if not args.no_actors:
@@ -114,9 +117,35 @@ def profile(args: argparse.Namespace) -> list[dict[str, Any]]:
                     p.generate([prompt.cpu()], n)
                     secs.append(p.seconds)
             rows.append(dict(row="cgc_1_stage", ms_per_token=statistics.median(secs) / n * 1e3))
+            rows.append(dict(row="ray_cgraph_1_stage", ms_per_token=_ray_cgraph(
+                spec, args, max_seq, prompt.cpu(), n)))
         finally:
             ray.shutdown()
     return rows
+
+
+def _ray_cgraph(spec: hf.ModelSpec, args: argparse.Namespace, max_seq: int,
+               prompt: torch.Tensor, n: int) -> float:
+    """Milliseconds per token of the same stage as one actor of a Ray Compiled Graph."""
+    import ray
+    from ray.dag import InputNode
+
+    cls = ray.remote(**hf.stage_options(args.device, 1))(hf.HFStage)
+    actor = cls.remote(spec, 0, spec.num_layers, 1, args.batch, max_seq, args.device)
+    with InputNode() as inp:
+        dag = actor.forward.bind(inp[1], inp[0], inp[2])
+    compiled = dag.experimental_compile()
+    try:
+        hf.generate(compiled.execute, ray.get, [prompt], n)
+        secs = []
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            hf.generate(compiled.execute, ray.get, [prompt], n)
+            secs.append(time.perf_counter() - t0)
+        return statistics.median(secs) / n * 1e3
+    finally:
+        compiled.teardown()
+        ray.kill(actor)
 
 
 def _parts(stage: hf.HFStage, tok: torch.Tensor, pos: torch.Tensor, dev: torch.device,
@@ -170,7 +199,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-actors", action="store_true", help="skip the cgc_1_stage row")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch's CPU threads here (1, as Ray gives an actor of num_cpus<=1: "
+                         "more make in-process rows spin against the actors on a busy host)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     rows = profile(args)
     for r in rows:
         print(json.dumps(r))
