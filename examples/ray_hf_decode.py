@@ -5,35 +5,33 @@ write it: live actors from ``.remote()``, Ray's DAG API, ``experimental_compile(
     python examples/ray_hf_decode.py --model llama --stages 2 --cgc  # cgc's drop-in
 
 ``--cgc`` adds exactly one line before compiling: ``cgc.ray_compat.install()``. The stages
-and the check against ``model.generate`` are ``hf_stages.py``'s and ``hf_decode.py``'s;
-the command line is ``hf_decode.py``'s (without ``--cuda-graph``: Ray's graphs do not
-capture).
+are ``cgc.hf.HFStage``; the command line and the check against the library's
+``from_pretrained`` + ``generate`` are ``hf_decode.py``'s (without ``--cuda-graph``: Ray's
+graphs do not capture).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import hf_decode
-import hf_stages
 import ray
-import tinygpt
 from ray.dag import InputNode
 
+from cgc import hf
 
-def make_stages(spec: dict[str, Any], stages: int = 2, microbatches: int = 2, batch: int = 2,
+
+def make_stages(spec: hf.ModelSpec, stages: int = 2, microbatches: int = 2, batch: int = 2,
                 max_seq: int = 64, device: str = "cpu", num_gpus: float = 0.0,
-                rdt: bool = False) -> list:
+                rdt: bool = False, sampling: hf.Sampling | None = None) -> list:
     """The stage actors, one per span of layers (live handles, as Ray programs hold them);
     ``rdt``: their calls may send by Ray Direct Transport (``rdt_hf_decode.py``)."""
-    opts = hf_decode.stage_options(device, stages, num_gpus)
+    opts = hf.stage_options(device, stages, num_gpus)
     if rdt:
         opts["enable_tensor_transport"] = True
-    cls = ray.remote(**opts)(hf_stages.HFStage)
-    n = spec["config"]["num_hidden_layers"]
-    return [cls.remote(spec, a, b, microbatches, batch, max_seq, device)
-            for a, b in tinygpt.split_layers(n, stages)]
+    cls = ray.remote(**opts)(hf.HFStage)
+    return [cls.remote(spec, a, b, microbatches, batch, max_seq, device, False, sampling)
+            for a, b in hf.split_layers(spec.num_layers, stages)]
 
 
 def build_dag(actors: list, transport: str = "auto"):
@@ -55,12 +53,15 @@ def main() -> None:
         cgc.ray_compat.install()
     ray.init()
     spec = hf_decode.spec_of(args)
+    settings = hf.generation_settings(spec, seed=args.seed,
+                                      **hf_decode.generation_options(args))
     actors = make_stages(spec, args.stages, args.microbatches, args.batch,
-                         args.prompt_len + args.tokens, args.device, args.gpus)
+                         args.prompt_len + args.tokens, args.device, args.gpus,
+                         sampling=settings.sampling)
     compiled = build_dag(actors).experimental_compile()
-    ps = hf_stages.prompts(spec, args.microbatches, args.batch, args.prompt_len, args.seed + 1)
+    ps = hf_decode.prompts_of(args, spec)
     t0 = time.perf_counter()
-    got = tinygpt.generate(compiled.execute, ray.get, ps, args.tokens)
+    got = hf.generate(compiled.execute, ray.get, ps, args.tokens, settings.eos, settings.pad)
     dt = time.perf_counter() - t0
     compiled.teardown()
     if not hf_decode.report(args, spec, ps, got, dt, "cgc drop-in" if args.cgc else "Ray CG"):

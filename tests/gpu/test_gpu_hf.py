@@ -6,19 +6,11 @@ rounding may break a near tie; anything else fails)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples"))
-
-import hf_decode  # noqa: E402
-import hf_stages  # noqa: E402
-import tinygpt  # noqa: E402
+from cgc import hf  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 GPUS, TOKENS, PROMPT = 0.3, 12, 10
@@ -26,71 +18,70 @@ GPUS, TOKENS, PROMPT = 0.3, 12, 10
 MAX_SEQ = PROMPT + TOKENS
 
 
-@pytest.fixture(scope="module", autouse=True)
-def shipped(ray_cluster):
-    import ray
+# Every row decodes every token (no end-of-sequence stop): the pipeline's loop is given none.
+FULL_LENGTH = dict(eos_token_id=None, pad_token_id=0)
 
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster(ray_cluster):
     print(f"\ntransformers {transformers.__version__}")
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.register_pickle_by_value(m)
     yield
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.unregister_pickle_by_value(m)
 
 
 def _pipeline(spec, ps, cuda_graph):
     import cgc
 
-    dag = hf_decode.build_dag(spec, 2, len(ps), ps[0].shape[0], MAX_SEQ, "cuda", GPUS,
+    dag = hf.build_dag(spec, 2, len(ps), ps[0].shape[0], MAX_SEQ, "cuda", GPUS,
                               cuda_graph=cuda_graph)
     with cgc.compile(dag, name="hf_gpu").start(get_timeout=180) as g:
-        got = tinygpt.generate(g.execute, lambda r: r.get(), ps, TOKENS)
+        got = hf.generate(g.execute, lambda r: r.get(), ps, TOKENS)
         stats = g.cuda_graph_stats()
     return got, stats
 
 
 def _here(spec, ps):
-    n = spec["config"]["num_hidden_layers"]
-    stages = [hf_stages.HFStage(spec, a, b, len(ps), ps[0].shape[0], MAX_SEQ, "cuda")
-              for a, b in tinygpt.split_layers(n, 2)]
-    return tinygpt.generate(lambda m, t, p: hf_stages.run_stages(stages, t, m, p),
-                            lambda r: r, ps, TOKENS)
+    stages = [hf.HFStage(spec, a, b, len(ps), ps[0].shape[0], MAX_SEQ, "cuda")
+              for a, b in hf.split_layers(spec.num_layers, 2)]
+    return hf.generate(lambda m, t, p: hf.run_stages(stages, t, m, p),
+                       lambda r: r, ps, TOKENS)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_fp32_on_the_gpu_is_exact(family):
-    spec = hf_stages.model_spec(family, "tiny", seed=7)
-    ps = hf_stages.prompts(spec, 2, 2, PROMPT)
-    model = hf_stages.load_model(spec, "cuda")
-    want = hf_stages.generate_reference(model, ps, TOKENS)
-    static = hf_stages.generate_reference(model, ps, TOKENS, cache_implementation="static")
+    spec = hf.model_spec(family, "tiny", seed=7)
+    ps = hf.prompts(spec.config["vocab_size"], 2, 2, PROMPT)
+    model = hf.load_model(spec, "cuda")
+    want = hf.generate_reference(model, ps, TOKENS, **FULL_LENGTH)
+    static = hf.generate_reference(model, ps, TOKENS, cache_implementation="static",
+                                    **FULL_LENGTH)
     here = _here(spec, ps)
-    assert hf_stages.divergence(model, ps, here, want) is None, \
-        (hf_stages.divergence(model, ps, here, want), hf_stages.first_difference(static, want))
-    assert hf_stages.first_difference(here, static) is None
+    assert hf.divergence(model, ps, here, want) is None, \
+        (hf.divergence(model, ps, here, want), hf.first_difference(static, want))
+    assert hf.first_difference(here, static) is None
     if family == "llama":  # the actors, eager and replayed
         for graphs in (False, True):
             got, stats = _pipeline(spec, ps, graphs)
-            assert hf_stages.divergence(model, ps, got, want) is None, \
-                (graphs, hf_stages.divergence(model, ps, got, want))
+            assert hf.divergence(model, ps, got, want) is None, \
+                (graphs, hf.divergence(model, ps, got, want))
             if graphs:
                 print("cuda graph stats:", stats)
                 assert len(stats) == 2 and all(s["replays"] > 0 for s in stats.values()), stats
 
 
 def test_bf16_graphs_equal_eager_and_differences_from_generate_are_near_ties():
-    spec = hf_stages.model_spec("llama", "tiny", dtype="bfloat16", seed=7)
-    ps = hf_stages.prompts(spec, 2, 2, PROMPT)
-    model = hf_stages.load_model(spec, "cuda")
-    want = hf_stages.generate_reference(model, ps, TOKENS)
+    spec = hf.model_spec("llama", "tiny", dtype="bfloat16", seed=7)
+    ps = hf.prompts(spec.config["vocab_size"], 2, 2, PROMPT)
+    model = hf.load_model(spec, "cuda")
+    want = hf.generate_reference(model, ps, TOKENS, **FULL_LENGTH)
     eager = _here(spec, ps)
     graphs, stats = _pipeline(spec, ps, True)
     assert all(s["replays"] > 0 for s in stats.values()), stats
-    assert hf_stages.first_difference(graphs, eager) is None  # replay == eager, bit for bit
-    static = hf_stages.generate_reference(model, ps, TOKENS, cache_implementation="static")
+    assert hf.first_difference(graphs, eager) is None  # replay == eager, bit for bit
+    static = hf.generate_reference(model, ps, TOKENS, cache_implementation="static",
+                                    **FULL_LENGTH)
     print("bf16 staged vs generate(static cache):",
-          hf_stages.divergence(model, ps, eager, static) or "equal")
-    where = hf_stages.divergence(model, ps, eager, want)
+          hf.divergence(model, ps, eager, static) or "equal")
+    where = hf.divergence(model, ps, eager, want)
     print("bf16 staged vs generate:", "equal" if where is None else where)
     if where is not None:  # rounding may only break a near tie
         assert where["rank_got"] <= 2 and where["gap"] <= 0.05 * abs(where["logit_want"]) + 0.1

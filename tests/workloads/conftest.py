@@ -12,16 +12,13 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def shipped(ray_cluster):
-    """Ray's workers cannot import examples/: ship the Hugging Face stages and tinygpt by
-    value (imported here, not at collection: they need transformers)."""
+    """Ray's workers cannot import examples/: ship tinygpt by value (the Hugging Face stages
+    are cgc.hf, which they import)."""
     if str(EXAMPLES) not in sys.path:
         sys.path.insert(0, str(EXAMPLES))
-    import hf_stages
     import ray
     import tinygpt
 
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.register_pickle_by_value(m)
+    ray.cloudpickle.register_pickle_by_value(tinygpt)
     yield
-    for m in (tinygpt, hf_stages):
-        ray.cloudpickle.unregister_pickle_by_value(m)
+    ray.cloudpickle.unregister_pickle_by_value(tinygpt)

@@ -9,8 +9,8 @@ cache); ``generate_compiled`` (the static cache, compiled: on CUDA by ``generate
 where transformers does that (5.x: the decode step, ``mode="reduce-overhead"``), else
 ``torch.compile(model.forward, mode="reduce-overhead")`` as transformers' docs say; on the
 CPU without ``reduce-overhead``'s CUDA graphs; the row says which): the floor a user has;
-``cgc`` / ``cgc_graph`` (``hf_decode.build_dag``, eager / each stage's step replayed as a
-CUDA graph; ``1`` and ``2`` stages); ``ray_cgraph`` (``ray_hf_decode``'s program on Ray
+``cgc`` / ``cgc_graph`` (``cgc.hf.build_dag``, eager / each stage's step replayed as a
+CUDA graph; ``1`` and ``2`` stages); ``ray_cgraph`` (``examples/ray_hf_decode.py``'s program on Ray
 Compiled Graph, 2 stages); ``ray_actors`` (the same actors called with ``.remote()``,
 references passed along, 2 stages); ``floor_graph`` (one ``HFStage`` holding every layer,
 in this process, its step replayed by cgc's ``CapturedCall``: what the pipeline rows would
@@ -40,19 +40,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples"))
+import ray
+import torch
+import transformers
+from ray.dag import InputNode
 
-import hf_decode  # noqa: E402
-import hf_stages  # noqa: E402
-import ray  # noqa: E402
-import ray_hf_decode  # noqa: E402
-import tinygpt  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
+import cgc
+from cgc import hf
 
-import cgc  # noqa: E402
-import cgc.ray_compat  # noqa: E402
+# generate's rows decode every token (no end-of-sequence stop), as the pipeline rows do.
+FULL_LENGTH = dict(eos_token_id=None, pad_token_id=0)
 
 SYSTEMS = ("generate", "generate_compiled", "floor_graph", "cgc", "cgc_graph", "ray_cgraph",
            "ray_actors")
@@ -85,12 +82,12 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace, batch: int) -> None:
         self.args, self.batch = args, batch
-        self.spec = hf_stages.model_spec(args.model, args.size, dtype=args.dtype,
-                                         attn=args.attn, seed=args.seed)
-        self.layers = self.spec["config"]["num_hidden_layers"]
+        self.spec = hf.model_spec(args.model, args.size, dtype=args.dtype, attn=args.attn,
+                                  seed=args.seed)
+        self.layers = self.spec.num_layers
         self.max_seq = args.prompt_len + args.tokens
-        self.ps = hf_stages.prompts(self.spec, args.microbatches, batch, args.prompt_len,
-                                    args.seed + 1)
+        self.ps = hf.prompts(self.spec.config["vocab_size"], args.microbatches, batch,
+                             args.prompt_len, args.seed + 1)
         self.warm = min(args.warm_tokens, args.tokens)
         self.how = ""  # how generate_compiled compiled
         self.want: list | None = None
@@ -98,8 +95,8 @@ class Bench:
 
     def floor(self, compiled: bool) -> tuple[list, list[float]]:
         a = self.args
-        model = hf_stages.load_model(self.spec, a.device)
-        kwargs: dict[str, Any] = {}
+        model = hf.load_model(self.spec, a.device)
+        kwargs: dict[str, Any] = dict(FULL_LENGTH)
         if compiled:
             kwargs["cache_implementation"] = "static"
             # transformers with a compile_config compiles the decode step itself on CUDA for a
@@ -115,7 +112,7 @@ class Bench:
             print(f"  generate_compiled: {self.how}", file=sys.stderr, flush=True)
 
         def decode(k: int) -> list:
-            out = hf_stages.generate_reference(model, self.ps, k, **kwargs)
+            out = hf.generate_reference(model, self.ps, k, **kwargs)
             _sync(a.device)
             return out
 
@@ -125,23 +122,23 @@ class Bench:
 
     def floor_graph(self) -> tuple[list, list[float]]:
         a = self.args
-        stage = hf_stages.HFStage(self.spec, 0, self.layers, a.microbatches, self.batch,
-                                  self.max_seq, a.device)
+        stage = hf.HFStage(self.spec, 0, self.layers, a.microbatches, self.batch,
+                           self.max_seq, a.device)
         step = stage.forward
         if stage.device.type == "cuda":
             from cgc.runtime.gpu.cuda_graphs import CapturedCall
 
             step = CapturedCall(stage.forward, "floor")
-        return _timed(lambda k: tinygpt.generate(lambda m, t, p: step(t, m, p), lambda r: r,
-                                                 self.ps, k), a.rounds, a.tokens, self.warm)
+        return _timed(lambda k: hf.generate(lambda m, t, p: step(t, m, p), lambda r: r,
+                                            self.ps, k), a.rounds, a.tokens, self.warm)
 
     def cgc_rows(self, stages: int, graphs: bool,
                  compiled: bool = False) -> tuple[list, list[float]]:
         a = self.args
-        dag = hf_decode.build_dag(self.spec, stages, a.microbatches, self.batch, self.max_seq,
+        dag = hf.build_dag(self.spec, stages, a.microbatches, self.batch, self.max_seq,
                                   a.device, a.gpus, cuda_graph=graphs, compile=compiled)
         with cgc.compile(dag, name=f"hf{stages}").start(get_timeout=600) as g:
-            out = _timed(lambda k: tinygpt.generate(g.execute, lambda r: r.get(), self.ps, k),
+            out = _timed(lambda k: hf.generate(g.execute, lambda r: r.get(), self.ps, k),
                          a.rounds, a.tokens, self.warm)
             if graphs and hasattr(g, "cuda_graph_stats"):
                 print(f"  cuda graphs: {g.cuda_graph_stats()}", file=sys.stderr)
@@ -149,14 +146,21 @@ class Bench:
 
     def _actors(self, stages: int) -> list:
         a = self.args
-        return ray_hf_decode.make_stages(self.spec, stages, a.microbatches, self.batch,
-                                         self.max_seq, a.device, a.gpus)
+        cls = ray.remote(**hf.stage_options(a.device, stages, a.gpus))(hf.HFStage)
+        return [cls.remote(self.spec, x, y, a.microbatches, self.batch, self.max_seq, a.device)
+                for x, y in hf.split_layers(self.layers, stages)]
 
     def ray_cgraph(self) -> tuple[list, list[float]]:
         actors = self._actors(2)
-        compiled = ray_hf_decode.build_dag(actors).experimental_compile()
+        with InputNode() as inp:  # Ray Compiled Graph, as examples/ray_hf_decode.py builds it
+            x = inp[1]
+            for i, actor in enumerate(actors):
+                x = actor.forward.bind(x, inp[0], inp[2])
+                if i < len(actors) - 1:
+                    x = x.with_tensor_transport("auto")
+        compiled = x.experimental_compile()
         try:
-            return _timed(lambda k: tinygpt.generate(compiled.execute, ray.get, self.ps, k),
+            return _timed(lambda k: hf.generate(compiled.execute, ray.get, self.ps, k),
                           self.args.rounds, self.args.tokens, self.warm)
         finally:
             compiled.teardown()
@@ -173,7 +177,7 @@ class Bench:
             return x
 
         try:
-            out = _timed(lambda k: tinygpt.generate(submit, ray.get, self.ps, k),
+            out = _timed(lambda k: hf.generate(submit, ray.get, self.ps, k),
                          self.args.rounds, self.args.tokens, self.warm)
             self.memory = ray.get([actor.memory.remote() for actor in actors])
             return out
@@ -205,7 +209,7 @@ class Bench:
             row["compiled"] = self.how
         n = self.args.microbatches * self.batch * self.args.tokens
         # Without generate's tokens (its row failed) nothing is checked: equal is None.
-        diff = None if self.want is None else hf_stages.first_difference(got, self.want)
+        diff = None if self.want is None else hf.first_difference(got, self.want)
         row.update(tokens_per_s=n / statistics.median(times),
                    equal=None if self.want is None else diff is None,
                    first_difference=diff, seconds=round(time.perf_counter() - t0, 1))
@@ -231,11 +235,11 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="llama", choices=sorted(hf_stages.FAMILIES))
-    ap.add_argument("--size", default="tiny", choices=sorted(hf_stages.SIZES))
+    ap.add_argument("--model", default="llama", choices=sorted(hf.FAMILIES))
+    ap.add_argument("--size", default="tiny", choices=sorted(hf.SIZES))
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--attn", default="sdpa", choices=hf_stages.ATTENTION)
+    ap.add_argument("--dtype", default="float32", choices=sorted(hf.DTYPES))
+    ap.add_argument("--attn", default="sdpa", choices=hf.ATTENTION)
     ap.add_argument("--batches", default="2", help="comma-separated batch sizes")
     ap.add_argument("--microbatches", type=int, default=2)
     ap.add_argument("--prompt-len", type=int, default=16)
@@ -258,8 +262,6 @@ def main() -> None:
           f"{args.device} | microbatches {args.microbatches} prompt {args.prompt_len} "
           f"tokens {args.tokens}", flush=True)
     ray.init(include_dashboard=False, log_to_driver=False)
-    for m in (tinygpt, hf_stages):  # examples/ is not on the workers' path
-        ray.cloudpickle.register_pickle_by_value(m)
     rows: list[dict[str, Any]] = []
     for batch in (int(b) for b in args.batches.split(",")):
         bench = Bench(args, batch)
@@ -273,7 +275,7 @@ def main() -> None:
                 rows.append(bench.run(system, stages))
                 if args.json:  # after every row: a run stopped by a timeout keeps its rows
                     Path(args.json).write_text(json.dumps(rows, indent=1))
-        skeleton, _ = hf_stages._skeleton(bench.spec)  # on meta: sizes only
+        skeleton, _ = hf.skeleton(bench.spec)  # on meta: sizes only
         size = torch.finfo(getattr(torch, args.dtype)).bits // 8
         whole = sum(t.numel() * size for t in skeleton.state_dict().values())
         for i, m in enumerate(bench.memory):
