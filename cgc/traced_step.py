@@ -27,11 +27,12 @@ from typing import Any
 from ray.experimental.compiled_dag_ref import CompiledDAGRef
 
 from cgc.errors import TraceError
+from cgc.runtime.driver.refs import RefType
 
 __all__ = ["trace", "TracedStep", "StepRef"]
 
 
-class StepRef(CompiledDAGRef):
+class StepRef(CompiledDAGRef, metaclass=RefType):
     """One result of one execution of a traced step: ``ray.get(ref)``, ``ref.get()`` or
     ``await ref``, once. (A ``CompiledDAGRef`` so that ``ray.get`` takes it; Ray's own
     fields are not used: the value comes from the cgc graph.)"""
