@@ -141,13 +141,16 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     in your trusted-keys file, or with --trust; otherwise cgc lists what would run and
     exits with code 4.
     """
+    # The first line comes before anything slow (imports, Ray): say what is going on.
+    click.echo(f"cgc run: loading {plan_path}", err=True)
     import time
 
-    from cgc.cli.ray_output import quiet_ray_output
+    from cgc.cli.ray_output import quiet_ray_output, show_progress
     from cgc.runtime import load
     from cgc.runtime.driver.interrupts import interrupts_seen
 
     quiet_ray_output(address, verbose)
+    show_progress("cgc run: ")
     plan = load(plan_path, trust=trust)  # refuses (exit 4, with the summary) when untrusted
     args, kwargs = _inputs(plan, input_json)  # may unpickle: only after the decision
     with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout,
