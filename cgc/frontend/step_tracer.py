@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -51,7 +52,8 @@ from cgc.frontend.nodes import CallNode, DAGNode, HintSpec, InputNode, MultiOutp
 from cgc.frontend.step_escape import check_escapes
 from cgc.frontend.step_refs import ArgRef, StepState, TracedRef
 
-__all__ = ["StepTrace", "trace_step", "RDT_TRANSPORTS", "is_step_function", "current_session"]
+__all__ = ["StepTrace", "trace_step", "RDT_TRANSPORTS", "is_step_function", "current_session",
+           "bind_problem", "step_parameters"]
 
 # Ray Direct Transport's tensor_transport (Ray's upper-case names) -> cgc's hint transport.
 RDT_TRANSPORTS = {
@@ -102,6 +104,43 @@ def is_step_function(obj: Any) -> bool:
 
     return callable(obj) and not isinstance(obj, (DAGNode, ActorClass, type)) and \
         not rp.is_ray_dag_object(obj)
+
+
+def step_parameters(fn: Any) -> list[inspect.Parameter]:
+    """The parameters of step ``fn`` (a ``@cgc.trace`` step: its function's); [] if unknown.
+
+    >>> [p.name for p in step_parameters(lambda x, y=1: x)]
+    ['x', 'y']
+
+    Raises:
+        Nothing.
+    """
+    fn = getattr(fn, "__cgc_step_fn__", fn)
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return []
+
+
+def bind_problem(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why calling step ``fn`` with ``args``/``kwargs`` fails, as Python says it (None: it fits).
+
+    >>> bind_problem(lambda x, y: x, (1,), {})
+    "missing a required argument: 'y'"
+
+    Raises:
+        Nothing.
+    """
+    fn = getattr(fn, "__cgc_step_fn__", fn)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # nothing to check against: calling it will tell
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    return None
 
 
 class _Session:

@@ -3,11 +3,24 @@ step's refs, and the errors of a call the step cannot take (real Ray, live actor
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import ray
 import trace_models as tm
 
 import cgc
+from cgc.errors import CompileError, StepArgumentsError
+
+HERE = Path(__file__)
+
+
+def _line(marker: str) -> int:
+    """The line of this file that ends with ``# <- marker``."""
+    for i, text in enumerate(HERE.read_text().splitlines(), start=1):
+        if text.rstrip().endswith(f"# <- {marker}"):
+            return i
+    raise AssertionError(f"no marker {marker}")
 
 
 @pytest.fixture(scope="module")
@@ -33,3 +46,49 @@ def test_ray_wait_on_a_step_ref_says_what_to_call(stages):
         assert ray.get(refs, timeout=30) == [2.0, 3.0]
     finally:
         step.teardown()
+
+
+def test_compile_without_example_inputs_says_what_to_pass(stages):
+    a, _ = stages
+
+    def step(x, y, *, scale):
+        return a.fwd.remote(x, scale=scale)
+
+    with pytest.raises(StepArgumentsError) as info:
+        cgc.compile(step)  # <- no examples
+    text = str(info.value)
+    assert text.startswith(f"{HERE.name}:{_line('no examples')}: cgc.compile(step): ")
+    assert "pass example_inputs=(x, y) and example_kwargs={'scale': ...}" in text
+    assert isinstance(info.value, CompileError)
+
+
+def test_a_traced_step_called_otherwise_names_the_caller_and_takes_defaults(stages):
+    a, b = stages
+
+    @cgc.trace
+    def step(x, scale=2.0):
+        return b.fwd.remote(a.fwd.remote(x), scale=scale)
+
+    @cgc.trace
+    def scaled(x, scale=2.0):
+        return b.fwd.remote(a.fwd.remote(x), scale=scale)
+
+    try:
+        with pytest.raises(StepArgumentsError) as info:
+            step()  # <- first call without x
+        assert str(info.value).startswith(f"{HERE.name}:{_line('first call without x')}: ")
+        assert ray.get(step(1.0), timeout=30) == 12.0           # traced without scale
+        assert ray.get(step(1.0, scale=2.0), timeout=30) == 12.0  # the default: accepted
+        with pytest.raises(StepArgumentsError) as info:
+            step(1.0, scale=3.0)  # <- another scale
+        text = str(info.value)
+        assert text.startswith(f"{HERE.name}:{_line('another scale')}: ")
+        assert "pass scale= at the first call" in text
+        with pytest.raises(StepArgumentsError) as info:
+            step(1.0, 2.0, 3.0)  # <- too many
+        assert str(info.value).startswith(f"{HERE.name}:{_line('too many')}: ")
+        assert ray.get(scaled(1.0, scale=3.0), timeout=30) == 18.0  # scale is an input
+        assert ray.get(scaled(1.0), timeout=30) == 12.0   # left out: its default is passed
+    finally:
+        step.teardown()
+        scaled.teardown()
