@@ -3,14 +3,17 @@ step's refs, and the errors of a call the step cannot take (real Ray, live actor
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 import ray
+import torch
 import trace_models as tm
 
 import cgc
 from cgc.errors import CompileError, StepArgumentsError
+from cgc.frontend.step_tracer import PlainRayRefusesWarning
 
 HERE = Path(__file__)
 
@@ -92,3 +95,30 @@ def test_a_traced_step_called_otherwise_names_the_caller_and_takes_defaults(stag
     finally:
         step.teardown()
         scaled.teardown()
+
+
+def test_an_rdt_call_plain_ray_refuses_runs_with_a_warning(stages):
+    a, b = stages
+    plain = tm.Plain.remote()
+    try:
+        def no_group(x):
+            return b.fwd.remote(a.fwd_gloo.remote(x))  # <- no group
+
+        with pytest.warns(PlainRayRefusesWarning) as got:
+            plan = cgc.compile(no_group, example_inputs=(torch.ones(2),))
+        text = str(got[0].message)
+        assert text.startswith(f"{HERE.name}:{_line('no group')}: ")
+        assert "in no gloo collective group" in text and "create_collective_group" in text
+        with plan.start() as graph:   # cgc runs it all the same
+            assert graph.execute(torch.ones(2)).get(timeout=30).tolist() == [6.0, 6.0]
+
+        def not_enabled(x):
+            return b.fwd.remote(plain.fwd.options(tensor_transport="gloo").remote(x))
+
+        with pytest.warns(PlainRayRefusesWarning, match=r"no @ray.remote\(enable_tensor_tra"):
+            cgc.compile(not_enabled, example_inputs=(torch.ones(2),))
+        with warnings.catch_warnings():  # a call without a hint: not a word
+            warnings.simplefilter("error")
+            cgc.compile(lambda x: b.fwd.remote(plain.fwd.remote(x)), example_inputs=(1.0,))
+    finally:
+        ray.kill(plain)
