@@ -95,7 +95,7 @@ def _capacity(capacity: int | None, max_inflight: int | None) -> int | None:
 
 
 def _check_examples(step: Any, name: str, example_inputs: tuple[Any, ...] | None,
-                    example_kwargs: dict[str, Any] | None) -> None:
+                    example_kwargs: Mapping[str, Any] | None) -> None:
     """Refuse example arguments the step cannot be called with, saying what to pass."""
     from cgc.errors import StepArgumentsError
     from cgc.frontend.locations import capture_loc

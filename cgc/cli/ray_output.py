@@ -58,10 +58,10 @@ def show_progress(prefix: str) -> None:
     logger.propagate = False
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg, unused-ignore]
     """Writes to whatever ``sys.stderr`` is at the time (a CLI run in-process swaps it)."""
 
-    @property  # type: ignore[override]
+    @property  # type: ignore[override, unused-ignore]
     def stream(self) -> Any:
         return sys.stderr
 

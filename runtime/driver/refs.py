@@ -122,8 +122,12 @@ def _ray_ref_type(ray_loaded: bool) -> type[Ref]:
 
     # Ref first: its get, __del__, __str__ and slots; Ray's __init__ and fields unused.
     # Copying and pickling are refused as Ray refuses them for its compiled graph refs.
-    return RefType("Ref", (Ref, CompiledDAGRef), {"__slots__": (), "__module__": __name__,
-                                                 "__doc__": Ref.__doc__})
+    class RayRef(Ref, CompiledDAGRef):  # type: ignore[misc, unused-ignore]
+        __slots__ = ()
+        __doc__ = Ref.__doc__
+
+    RayRef.__name__ = RayRef.__qualname__ = "Ref"  # as Ray's messages and repr name it
+    return RayRef
 
 
 def ref_type() -> type[Ref]:
