@@ -28,6 +28,7 @@ from typing import Any
 from ray.experimental.compiled_dag_ref import CompiledDAGRef
 
 from cgc.errors import StepArgumentsError
+from cgc.frontend.locations import capture_loc
 from cgc.runtime.driver.refs import RefType
 
 __all__ = ["trace", "TracedStep", "StepRef"]
@@ -111,15 +112,14 @@ class TracedStep:
             TraceError: (first call) the step cannot be traced, naming the line.
             CompileError, cgc.runtime errors: compiling or starting failed.
         """
-        from cgc.frontend.locations import capture_loc
-
-        loc = capture_loc()
         with self._lock:
             if self.graph is None:
-                self._check_first_call(args, kwargs, loc)
+                self._check_first_call(args, kwargs)
                 self._start(args, kwargs)
-        kwargs = self._with_defaults(args, kwargs, loc)
+        if tuple(sorted(kwargs)) != self._arity[1]:
+            kwargs = self._with_defaults(args, kwargs)
         if (len(args), tuple(sorted(kwargs))) != self._arity:
+            loc = capture_loc()  # the caller's line (cgc's frames skipped)
             raise StepArgumentsError(
                 f"{loc.short()}: {self._name()}() was traced with "
                 f"{self._arity[0]} positional argument(s) and keywords {list(self._arity[1])}, "
@@ -143,18 +143,17 @@ class TracedStep:
         """The step function's name, for messages."""
         return getattr(self.fn, "__name__", "step")
 
-    def _check_first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-                          loc: Any) -> None:
+    def _check_first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Refuse a first call the function cannot take (before anything is traced)."""
         from cgc.frontend.step_tracer import bind_problem
 
         problem = bind_problem(self.fn, args, kwargs)
         if problem is not None:
+            loc = capture_loc()
             raise StepArgumentsError(f"{loc.short()}: {self._name()}(): {problem}",
                                      loc=loc.short())
 
-    def _with_defaults(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-                       loc: Any) -> dict[str, Any]:
+    def _with_defaults(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """``kwargs`` fitted to the traced call's keywords where parameters have defaults."""
         from cgc.frontend.step_tracer import step_parameters
 
@@ -171,6 +170,7 @@ class TracedStep:
                 out[p.name] = p.default  # an input of the graph: its default is the value
             elif p.name not in traced and p.name in out:
                 if not _is_default(out[p.name], p.default):
+                    loc = capture_loc()
                     raise StepArgumentsError(
                         f"{loc.short()}: {self._name()}() was traced without {p.name}= (so "
                         f"its default {p.default!r:.60} is built into the graph) and is now "
