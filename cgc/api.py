@@ -8,6 +8,7 @@ or started.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,35 @@ def _capacity(capacity: int | None, max_inflight: int | None) -> int | None:
     return max_inflight
 
 
+def _check_examples(step: Any, name: str, example_inputs: tuple[Any, ...] | None,
+                    example_kwargs: Mapping[str, Any] | None) -> None:
+    """Refuse example arguments the step cannot be called with, saying what to pass."""
+    from cgc.errors import StepArgumentsError
+    from cgc.frontend.locations import capture_loc
+    from cgc.frontend.step_tracer import bind_problem, step_parameters
+
+    problem = bind_problem(step, tuple(example_inputs or ()), dict(example_kwargs or {}))
+    if problem is None:
+        return
+    params = step_parameters(step)
+    kinds = inspect.Parameter
+    positional = [p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY,
+                                                       kinds.POSITIONAL_OR_KEYWORD)
+                  and p.default is kinds.empty]
+    keywords = [p.name for p in params if p.kind is kinds.KEYWORD_ONLY
+                and p.default is kinds.empty]
+    what = [f"example_inputs=({', '.join(positional)}{',' if len(positional) == 1 else ''})"
+            ] if positional else []
+    what += [f"example_kwargs={{{', '.join(repr(k) + ': ...' for k in keywords)}}}"
+             ] if keywords else []
+    loc = capture_loc().short()
+    raise StepArgumentsError(
+        f"{loc}: cgc.compile({name}): {problem}; a step is traced by calling it once with "
+        "example arguments (values of the types and shapes it will get): pass "
+        + (" and ".join(what) or "example_inputs=(...) matching its parameters"),
+        loc=loc)
+
+
 def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     dag: Any,
     *,
@@ -149,6 +179,7 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     if is_step_function(dag):
         if name == "graph":
             name = getattr(dag, "__name__", name)
+        _check_examples(dag, name, example_inputs, example_kwargs)
         step = trace_step(dag, tuple(example_inputs or ()), dict(example_kwargs or {}))
         dag = step.output
         example_inputs, example_kwargs = used_examples(step, example_inputs, example_kwargs)

@@ -21,6 +21,7 @@ __all__ = [
     "GetInStepError",
     "TaskInStepError",
     "ActorInStepError",
+    "StepArgumentsError",
     "EscapedRefError",
 ]
 
@@ -70,6 +71,13 @@ class TaskInStepError(TraceError):
 
 class ActorInStepError(TraceError):
     """An actor was created inside the step: a graph's actors exist before it runs."""
+
+
+class StepArgumentsError(TraceError, TypeError):
+    """A step's arguments do not fit it: ``cgc.compile(step)`` without the
+    ``example_inputs`` its parameters need, or a ``@cgc.trace`` step called with other
+    arguments than the graph it was traced into takes. Names the caller's line and what
+    to pass."""
 
 
 class EscapedRefError(TraceError):

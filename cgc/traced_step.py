@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Generator
@@ -26,12 +27,14 @@ from typing import Any
 
 from ray.experimental.compiled_dag_ref import CompiledDAGRef
 
-from cgc.errors import TraceError
+from cgc.errors import StepArgumentsError
+from cgc.frontend.locations import capture_loc
+from cgc.runtime.driver.refs import RefType
 
 __all__ = ["trace", "TracedStep", "StepRef"]
 
 
-class StepRef(CompiledDAGRef):
+class StepRef(CompiledDAGRef, metaclass=RefType):
     """One result of one execution of a traced step: ``ray.get(ref)``, ``ref.get()`` or
     ``await ref``, once. (A ``CompiledDAGRef`` so that ``ray.get`` takes it; Ray's own
     fields are not used: the value comes from the cgc graph.)"""
@@ -99,20 +102,29 @@ class TracedStep:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one execution; the first call traces, compiles and starts the graph.
 
+        A keyword whose parameter has a default may be left out or passed on later calls
+        as on the first: left out, the default is passed; passed although the first call
+        left it out, it must be the default (the graph holds it).
+
         Raises:
-            TraceError: (first call) the step cannot be traced, naming the line; (later)
-                the call's arguments differ in number or names from the traced call's.
+            StepArgumentsError: (a TypeError too) the arguments do not fit the function, or
+                differ in number or names from the traced call's; names the caller's line.
+            TraceError: (first call) the step cannot be traced, naming the line.
             CompileError, cgc.runtime errors: compiling or starting failed.
         """
         with self._lock:
             if self.graph is None:
+                self._check_first_call(args, kwargs)
                 self._start(args, kwargs)
+        if tuple(sorted(kwargs)) != self._arity[1]:
+            kwargs = self._with_defaults(args, kwargs)
         if (len(args), tuple(sorted(kwargs))) != self._arity:
-            raise TraceError(
-                f"{getattr(self.fn, '__name__', 'step')}() was traced with "
+            loc = capture_loc()  # the caller's line (cgc's frames skipped)
+            raise StepArgumentsError(
+                f"{loc.short()}: {self._name()}() was traced with "
                 f"{self._arity[0]} positional argument(s) and keywords {list(self._arity[1])}, "
                 f"and is now called with {len(args)} and {sorted(kwargs)}; a traced step's "
-                "inputs are fixed: trace another step for another signature")
+                "inputs are fixed: trace another step for another signature", loc=loc.short())
         # Only the arguments the graph reads (an unused one is no input of it).
         args = tuple(_resolve(a) for a in args[:self._inputs[0]])
         kwargs = {k: _resolve(kwargs[k]) for k in self._inputs[1]}
@@ -127,6 +139,46 @@ class TracedStep:
             return dict(zip(self._layout[1], refs, strict=True))
         return refs
 
+    def _name(self) -> str:
+        """The step function's name, for messages."""
+        return getattr(self.fn, "__name__", "step")
+
+    def _check_first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Refuse a first call the function cannot take (before anything is traced)."""
+        from cgc.frontend.step_tracer import bind_problem
+
+        problem = bind_problem(self.fn, args, kwargs)
+        if problem is not None:
+            loc = capture_loc()
+            raise StepArgumentsError(f"{loc.short()}: {self._name()}(): {problem}",
+                                     loc=loc.short())
+
+    def _with_defaults(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` fitted to the traced call's keywords where parameters have defaults."""
+        from cgc.frontend.step_tracer import step_parameters
+
+        traced = set(self._arity[1])
+        out = dict(kwargs)
+        for i, p in enumerate(step_parameters(self.fn)):
+            if p.default is inspect.Parameter.empty or p.kind in (
+                    inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL,
+                    inspect.Parameter.VAR_KEYWORD):
+                continue
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and i < len(args):
+                continue  # given by position
+            if p.name in traced and p.name not in out:
+                out[p.name] = p.default  # an input of the graph: its default is the value
+            elif p.name not in traced and p.name in out:
+                if not _is_default(out[p.name], p.default):
+                    loc = capture_loc()
+                    raise StepArgumentsError(
+                        f"{loc.short()}: {self._name()}() was traced without {p.name}= (so "
+                        f"its default {p.default!r:.60} is built into the graph) and is now "
+                        f"called with {p.name}={out[p.name]!r:.60}; pass {p.name}= at the "
+                        "first call to make it an input of the graph", loc=loc.short())
+                del out[p.name]
+        return out
+
     def teardown(self) -> None:
         """Stop the running graph (its live actors stay the user's).
 
@@ -137,6 +189,13 @@ class TracedStep:
             graph, self.graph = self.graph, None
         if graph is not None:
             graph.teardown()
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is a parameter's ``default`` (the same object, or an equal plain value)."""
+    plain = (bool, int, float, str, bytes, type(None))
+    return value is default or (type(value) is type(default) and isinstance(value, plain)
+                                and value == default)
 
 
 def _resolve(value: Any) -> Any:

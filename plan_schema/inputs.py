@@ -14,13 +14,35 @@ from collections.abc import Collection
 
 from cgc.plan_schema import plan_pb2 as pb
 
-__all__ = ["input_problems", "positional_arity"]
+__all__ = ["input_problems", "positional_arity", "describe_inputs"]
 
 
 def positional_arity(g: pb.Graph) -> int:
     """Positional arguments of the common call: 1 for a graph taking its bare input."""
     return 1 if g.whole_input and not g.num_positional and not g.keyword_fields \
         else g.num_positional
+
+
+def describe_inputs(g: pb.Graph) -> str:
+    """What one execution takes, in words (``inspect``'s ``inputs:`` line), by the rule
+    ``input_problems`` applies.
+
+    >>> describe_inputs(pb.Graph(whole_input=True))
+    '1 positional argument (its tasks take it whole)'
+    >>> describe_inputs(pb.Graph(num_positional=2, keyword_fields=["k"]))
+    "2 positional argument(s), keywords ['k']"
+
+    Raises:
+        Nothing.
+    """
+    npos, whole = g.num_positional, g.whole_input
+    keywords = f", keywords {list(g.keyword_fields)}" if g.keyword_fields else ""
+    if whole and not npos and not keywords:
+        return "1 positional argument (its tasks take it whole)"
+    if whole:
+        return (f"at least {npos} positional argument(s){keywords} (some tasks take all the "
+                "arguments together, as Ray's InputNode)")
+    return f"{npos} positional argument(s){keywords}"
 
 
 def input_problems(g: pb.Graph, n_args: int, keywords: Collection[str]) -> list[str]:

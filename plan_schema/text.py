@@ -45,6 +45,7 @@ from typing import Any
 
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.errors import PlanFormatError
+from cgc.plan_schema.inputs import describe_inputs
 from cgc.plan_schema.weight_sync import transfer_lines
 
 __all__ = ["format_op", "parse_op", "format_program", "parse_program", "format_plan_text"]
@@ -273,12 +274,7 @@ def _plan_lines(plan: pb.Plan) -> list[str]:
         f"plan {plan.name!r}"
         + (f" from {plan.source.file}:{plan.source.attr}" if plan.source.file else "")
     ]
-    inputs = (
-        [f"{g.num_positional} positional"]
-        + [f"keywords {list(g.keyword_fields)}"] * bool(g.keyword_fields)
-        + ["whole input"] * g.whole_input
-    )
-    out.append("inputs: " + ", ".join(inputs))
+    out.append("inputs: " + describe_inputs(g))
     out.append(f"actors ({len(g.actors)}):")
     out.extend(_actor_line(a) for a in g.actors)
     out.extend(

@@ -119,10 +119,10 @@ def summarize(proto: pb.Plan, target: str, out: Path, data: bytes | None) -> str
         f"compiled {target} -> {out} ({size})",
         f"  {len(graph.actors)} actors, {tasks} tasks, {len(low.channels)} channels "
         f"({host} host, {nccl} nccl), {len(low.communicators)} communicators",
-        f"  capacity {proto.config.capacity} executions in flight; "
-        f"simulated makespan {sched.makespan_us:.0f} us; "
-        f"verified {sched.verified_executions} executions"
-        + ("; overlap on" if sched.overlap else ""),
+        f"  capacity {proto.config.capacity} executions in flight; verified "
+        f"{sched.verified_executions} executions (no deadlock with that many in flight)",
+        f"  simulated makespan {sched.makespan_us:.0f} us (one execution, by the compiler's "
+        "cost estimates)" + ("; overlap on" if sched.overlap else ""),
     ]
     if proto.has_example_inputs:
         lines.append(f"  example inputs stored: run it with `cgc run {out}`")

@@ -21,7 +21,11 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["quiet_ray_output", "PlainText", "TOKEN_AUTH_LOGGER"]
+__all__ = ["quiet_ray_output", "show_progress", "PlainText", "TOKEN_AUTH_LOGGER",
+           "PROGRESS_LOGGER"]
+
+# Where the runtime says what ``start()`` is doing (starting Ray, creating actors, ...).
+PROGRESS_LOGGER = "cgc.runtime.progress"
 
 # Where Ray 2.60 logs the notice (ray/_private/authentication/authentication_token_setup.py).
 TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -39,6 +43,31 @@ def quiet_ray_output(address: str | None, verbose: bool) -> None:
     if address is None and not verbose:
         # Errors (no token where one is needed) still show.
         logging.getLogger(TOKEN_AUTH_LOGGER).setLevel(logging.ERROR)
+
+
+def show_progress(prefix: str) -> None:
+    """Print the runtime's progress lines (``PROGRESS_LOGGER``) on stderr, each after
+    ``prefix``, while a plan starts (once per process)."""
+    logger = logging.getLogger(PROGRESS_LOGGER)
+    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg, unused-ignore]
+    """Writes to whatever ``sys.stderr`` is at the time (a CLI run in-process swaps it)."""
+
+    @property  # type: ignore[override, unused-ignore]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # StreamHandler.__init__ sets it; the current sys.stderr is always used
 
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")  # ANSI colour and style codes

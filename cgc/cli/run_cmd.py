@@ -39,16 +39,26 @@ def _jsonable(v: Any) -> Any:
         return repr(v)
 
 
-def _brief(v: Any, limit: int = 160) -> str:
-    """``v`` for one line of ``cgc run``'s report: tensors and arrays as their shape and
-    dtype (not every element), anything else as its ``repr``, cut at ``limit`` characters.
+# Tensors and arrays of at most this many elements are shown with their values.
+SHOW_VALUES_UP_TO = 16
 
-    Example: ``_brief(torch.zeros(8, 64))`` is ``'tensor(shape=(8, 64), dtype=torch.float32,
-    device=cpu)'``.
+
+def _brief(v: Any, limit: int = 160) -> str:
+    """``v`` for one line of ``cgc run``'s report: a small tensor or array (up to
+    ``SHOW_VALUES_UP_TO`` elements) with its values, a larger one as its shape and dtype,
+    anything else as its ``repr``, cut at ``limit`` characters.
+
+    Example: ``_brief(torch.zeros(8, 64))`` is ``'Tensor(shape=(8, 64), dtype=torch.float32,
+    device=cpu)'``; ``_brief(torch.arange(3.0))`` is ``'Tensor([0.0, 1.0, 2.0],
+    dtype=torch.float32, device=cpu)'``.
     """
     shape = getattr(v, "shape", None)
     if shape is not None and hasattr(v, "dtype") and len(shape) > 0:
         where = f", device={v.device}" if hasattr(v, "device") else ""
+        if math.prod(shape) <= SHOW_VALUES_UP_TO and hasattr(v, "tolist"):
+            text = f"{type(v).__name__}({v.tolist()!r}, dtype={v.dtype}{where})"
+            if len(text) <= limit:
+                return text
         return f"{type(v).__name__}(shape={tuple(shape)}, dtype={v.dtype}{where})"
     if isinstance(v, (list, tuple)):
         inner = ", ".join(_brief(x, limit) for x in v)
@@ -141,13 +151,16 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     in your trusted-keys file, or with --trust; otherwise cgc lists what would run and
     exits with code 4.
     """
+    # The first line comes before anything slow (imports, Ray): say what is going on.
+    click.echo(f"cgc run: loading {plan_path}", err=True)
     import time
 
-    from cgc.cli.ray_output import quiet_ray_output
+    from cgc.cli.ray_output import quiet_ray_output, show_progress
     from cgc.runtime import load
     from cgc.runtime.driver.interrupts import interrupts_seen
 
     quiet_ray_output(address, verbose)
+    show_progress("cgc run: ")
     plan = load(plan_path, trust=trust)  # refuses (exit 4, with the summary) when untrusted
     args, kwargs = _inputs(plan, input_json)  # may unpickle: only after the decision
     with plan.start(address, submit_timeout=submit_timeout, get_timeout=get_timeout,

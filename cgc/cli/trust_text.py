@@ -42,14 +42,17 @@ def trust_lines(pf: PlanFile, *, detail: bool = True) -> list[str]:
     needs = decision.needs
     if not needs.needs_trust:
         verdict = "no code from the file (installed classes and plain values only)"
-    elif decision.allowed:
-        verdict = f"{needs.short()}; runs here without --trust (trusted signature)"
+    elif decision.allowed:  # the rule says why: one line, not two saying it runs
+        verdict = (f"{needs.short()}; runs here without --trust: "
+                   + decision.rule().removeprefix("runs here: yes, "))
     else:
-        verdict = f"{needs.short()}; runs here only with --trust"
+        verdict = (f"{needs.short()}; runs here only with --trust: no trusted signature "
+                   "vouches for it")
     if pf.header.signature and not pf.signature_valid:
         verdict += "; refused without --trust: its signature does not verify"
     lines.append(f"needs trust: {verdict}")
-    lines.append(decision.rule())
+    if not needs.needs_trust:
+        lines.append(decision.rule())
     if detail:
         lines.extend(f"  {line}" for line in needs.lines())
     lines.extend(f"  {line}" for line in decision.unvouched)

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +53,8 @@ from cgc.frontend.nodes import CallNode, DAGNode, HintSpec, InputNode, MultiOutp
 from cgc.frontend.step_escape import check_escapes
 from cgc.frontend.step_refs import ArgRef, StepState, TracedRef
 
-__all__ = ["StepTrace", "trace_step", "RDT_TRANSPORTS", "is_step_function", "current_session"]
+__all__ = ["StepTrace", "trace_step", "RDT_TRANSPORTS", "is_step_function", "current_session",
+           "bind_problem", "step_parameters", "PlainRayRefusesWarning"]
 
 # Ray Direct Transport's tensor_transport (Ray's upper-case names) -> cgc's hint transport.
 RDT_TRANSPORTS = {
@@ -60,6 +63,16 @@ RDT_TRANSPORTS = {
     "GLOO": "host",      # CPU tensors: cgc's host channel (shared memory, TCP across nodes)
     "NIXL": "auto",      # the best cgc has: NCCL/CUDA IPC between GPU actors, else host
 }
+
+# Ray Direct Transports that eager Ray runs only among actors of a collective group.
+_GROUP_TRANSPORTS = ("GLOO", "NCCL")
+
+
+class PlainRayRefusesWarning(UserWarning):
+    """A traced call that cgc runs but plain (eager) Ray would refuse: its Ray Direct
+    Transport hint needs what the actor lacks (``enable_tensor_transport``, a collective
+    group). The step is then not the Ray program it reads as."""
+
 
 _LOCK = threading.Lock()
 # One trace at a time in a process: Ray's functions are replaced process-wide (the thread
@@ -104,6 +117,43 @@ def is_step_function(obj: Any) -> bool:
         not rp.is_ray_dag_object(obj)
 
 
+def step_parameters(fn: Any) -> list[inspect.Parameter]:
+    """The parameters of step ``fn`` (a ``@cgc.trace`` step: its function's); [] if unknown.
+
+    >>> [p.name for p in step_parameters(lambda x, y=1: x)]
+    ['x', 'y']
+
+    Raises:
+        Nothing.
+    """
+    fn = getattr(fn, "__cgc_step_fn__", fn)
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return []
+
+
+def bind_problem(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why calling step ``fn`` with ``args``/``kwargs`` fails, as Python says it (None: it fits).
+
+    >>> bind_problem(lambda x, y: x, (1,), {})
+    "missing a required argument: 'y'"
+
+    Raises:
+        Nothing.
+    """
+    fn = getattr(fn, "__cgc_step_fn__", fn)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # nothing to check against: calling it will tell
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
 class _Session:
     """One trace: the refs' shared state, the actors called, the nodes made."""
 
@@ -127,6 +177,9 @@ class _Session:
         if num is None:
             num = info.num_returns
         transport = options.get("tensor_transport") or info.tensor_transport
+        if transport is not None:
+            _warn_if_ray_refuses(info.handle, str(transport),
+                                 f"{actor._describe()}.{info.method}", loc)
         return self.call(actor, info.method, args, kwargs, num, transport, loc)
 
     def offline_call(self, owner: Any, method: str, args: Any, kwargs: Any,
@@ -230,6 +283,37 @@ class _Session:
                 "pass it as an argument of its own",
                 loc=loc.short())
         return value
+
+
+def _ray_refusal(handle: Any, transport: str) -> str | None:
+    """Why eager Ray would refuse a call with ``tensor_transport=transport`` on ``handle``
+    (the checks of Ray's ``ActorMethod._remote``), None if it would not."""
+    if not rp.enables_tensor_transport(handle):
+        return ("the actor's class has no @ray.remote(enable_tensor_transport=True)")
+    name = transport.upper()
+    if name not in _GROUP_TRANSPORTS:
+        return None
+    try:
+        from ray.experimental.collective import get_collective_groups
+
+        groups = get_collective_groups([handle], backend=name)
+    except Exception:  # noqa: BLE001 - no answer: say nothing rather than guess
+        return None
+    if groups:
+        return None
+    return (f"the actor is in no {name.lower()} collective group "
+            "(ray.experimental.collective.create_collective_group)")
+
+
+def _warn_if_ray_refuses(handle: Any, transport: str, what: str, loc: RawLoc) -> None:
+    """Warn that plain Ray would refuse this traced RDT call (cgc runs it anyway)."""
+    why = _ray_refusal(handle, transport)
+    if why is not None:
+        warnings.warn(
+            f"{loc.short()}: {what}: tensor_transport={transport.lower()!r}: plain Ray would "
+            f"refuse this call ({why}); cgc runs it (the hint only chooses its channel), so "
+            "this step does not run as written without cgc", PlainRayRefusesWarning,
+            stacklevel=2)
 
 
 def _cgc_transport(transport: str, loc: RawLoc, what: str) -> str:

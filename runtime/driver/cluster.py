@@ -34,6 +34,8 @@ __all__ = ["RayInfo", "ensure_ray", "actor_demand", "plan_totals", "check_placem
            "forget_local_ray"]
 
 log = logging.getLogger("cgc.runtime")
+# What start() is doing, step by step (``cgc run`` prints it; silent for the API by default).
+progress = logging.getLogger("cgc.runtime.progress")
 
 
 @dataclass
@@ -113,6 +115,11 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
             logical = "num_gpus" in sizing
         else:
             kwargs["address"] = address
+        if address is None:
+            progress.info("starting a local Ray with %s CPUs (Ray takes a few seconds)",
+                          kwargs["num_cpus"])
+        else:
+            progress.info("joining the Ray cluster at %s", address)
         try:
             ray.init(**kwargs)
         except Exception as exc:  # noqa: BLE001 - surfaced as one clear line

@@ -45,7 +45,7 @@ from cgc.plan_schema.inputs import input_problems, positional_arity
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError
 from cgc.runtime.driver.graph_ends import AbandonedSubmitError, DriverEndpoints, PartialSubmitError
 from cgc.runtime.driver.graph_state import GraphState
-from cgc.runtime.driver.refs import Ref
+from cgc.runtime.driver.refs import Ref, ref_type
 from cgc.runtime.driver.result_book import ResultBook
 from cgc.runtime.errors import (
     GraphFailedError,
@@ -129,6 +129,7 @@ class CompiledGraph:
         self._kwset = frozenset(g.keyword_fields)
         self._multi = any(n.multi_output for n in g.nodes if n.kind == pb.OUTPUT)
         self._nrefs = len(self.endpoints.out_index) if self._multi else 1
+        self._ref_type = ref_type()  # a Ray CompiledDAGRef too where Ray is loaded
         self._raise_at_capacity = config.at_capacity == "raise"
         # (what, execution, t0, t1) of submits and output reads when tracing, else None.
         self.trace_events: list[tuple[str, int, int, int]] | None = (
@@ -351,8 +352,8 @@ class CompiledGraph:
             if t0:
                 self.trace_events.append(("submit", e, t0, time.monotonic_ns()))  # type: ignore[union-attr]
         if self._multi:
-            return [Ref(book, e, i) for i in range(self._nrefs)]
-        return Ref(book, e, 0)
+            return [self._ref_type(book, e, i) for i in range(self._nrefs)]
+        return self._ref_type(book, e, 0)
 
     def release_dropped(self) -> None:
         """Read and free the oldest executions whose refs were all dropped, up to the first

@@ -5,14 +5,21 @@ method, a typed cgc error for timeouts and failures); each result is fetched exa
 results may be fetched in any order; dropping a ref frees its result. ``await ref`` runs the
 same ``get`` on the graph's small thread pool (one mechanism for sync and async).
 
+Where Ray is loaded, a graph's refs are also Ray ``CompiledDAGRef`` s (``ref_type()``), so
+``ray.get(ref)`` and ``ray.get([refs], timeout=)`` call ``get`` as they do on Ray's compiled
+graph refs. ``ray.wait`` takes no compiled graph ref, Ray's or cgc's: its ``TypeError``
+names the ref's type, whose name then says what to call instead.
+
 Example::
 
     ref = graph.execute(3)
-    value = ref.get(timeout=5)          # or: value = await ref
+    value = ref.get(timeout=5)          # or: value = await ref, or ray.get(ref, timeout=5)
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +28,28 @@ from cgc.runtime.errors import RefConsumedError
 if TYPE_CHECKING:
     from cgc.runtime.driver.result_book import ResultBook
 
-__all__ = ["Ref"]
+__all__ = ["Ref", "RefType", "ref_type"]
+
+WAIT_ADVICE = ("a cgc ref: ray.wait() takes no compiled graph ref (Ray's CompiledDAGRef "
+               "neither); fetch it with ray.get(ref, timeout=...) or ref.get(timeout=...), "
+               "or await it")
 
 
-class Ref:
+class RefType(type):
+    """The type of cgc's refs: Ray's ``ray.wait`` error prints the type, so it says what to
+    call instead (``got list containing <class 'cgc.runtime.Ref'> (a cgc ref: ...)``).
+
+    Example: ``repr(type(graph.execute(1)))`` names ``ray.get`` and ``ref.get``.
+
+    Raises:
+        Nothing: a type.
+    """
+
+    def __repr__(cls) -> str:
+        return f"<class '{cls.__module__}.{cls.__qualname__}'> ({WAIT_ADVICE})"
+
+
+class Ref(metaclass=RefType):
     """One output of one execution: ``get()`` it once, or ``await`` it."""
 
     __slots__ = ("_book", "exec_index", "output_index", "_done", "__weakref__")
@@ -84,3 +109,38 @@ class Ref:
     def __repr__(self) -> str:
         state = "fetched" if self._done else "pending"
         return f"<cgc.Ref execution {self.exec_index} output {self.output_index} ({state})>"
+
+    __str__ = __repr__
+
+
+@functools.cache
+def _ray_ref_type(ray_loaded: bool) -> type[Ref]:
+    """``Ref``, or where Ray is loaded a ``Ref`` that is also Ray's ``CompiledDAGRef``."""
+    if not ray_loaded:
+        return Ref
+    from ray.experimental.compiled_dag_ref import CompiledDAGRef
+
+    # Ref first: its get, __del__, __str__ and slots; Ray's __init__ and fields unused.
+    # Copying and pickling are refused as Ray refuses them for its compiled graph refs.
+    class RayRef(Ref, CompiledDAGRef):  # type: ignore[misc, unused-ignore]
+        __slots__ = ()
+        __doc__ = Ref.__doc__
+
+    RayRef.__name__ = RayRef.__qualname__ = "Ref"  # as Ray's messages and repr name it
+    return RayRef
+
+
+def ref_type() -> type[Ref]:
+    """The class of the refs ``execute`` returns: ``Ref``, a Ray ``CompiledDAGRef`` too
+    where Ray is loaded (``ray.get`` then takes it). Ray is never imported for it.
+
+    Example::
+
+        >>> from cgc.runtime.driver.refs import Ref, ref_type
+        >>> issubclass(ref_type(), Ref)
+        True
+
+    Raises:
+        Nothing.
+    """
+    return _ray_ref_type("ray" in sys.modules)

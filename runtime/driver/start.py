@@ -49,6 +49,7 @@ from cgc.runtime.ray_internals import call_in_actor, check_version
 __all__ = ["start_graph", "bind_transports"]
 
 log = logging.getLogger("cgc.runtime")
+progress = logging.getLogger("cgc.runtime.progress")  # as in cluster.py: what start() does
 
 # How long start() waits for busy resources (actors of a graph being torn down) to come
 # free before the placement check fails.
@@ -210,6 +211,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
     t_ray = time.perf_counter()
     info = ensure_ray(proto, address, cfg.communicator, dashboard=cfg.dashboard)
     ray_s = time.perf_counter() - t_ray  # starting (or joining) Ray: not cgc's own set-up
+    progress.info("Ray is up (%.1f s); creating %d actor(s)", ray_s, len(proto.graph.actors))
     check_version()  # another Ray release than cgc's use of its internals was written for: warn once
     notice = gpu_notice(proto, info, cfg.communicator)
     if notice:
@@ -239,6 +241,7 @@ def start_graph(plan: Any, address: str | None, **overrides: Any) -> CompiledGra
         raise SetupError(f"starting plan {proto.name!r} failed: {type(exc).__name__}: "
                          f"{exc}") from exc
     graph.started(time.perf_counter() - t0, ray_s)
+    progress.info("graph %r started (%.1f s)", proto.name, graph.setup_seconds)
     return graph
 
 
@@ -287,6 +290,7 @@ def _setup_rounds(graph: CompiledGraph, proto: pb.Plan, cfg: RunConfig, info: An
     # Round 1: probe (also waits for actor creation; constructor errors surface here).
     probes = _gather({call_in_actor(h, ex.setup_probe, graph.gid, plan_bytes, n, opts): n
                       for n, h in handles.items()}, deadline, "starting the actors")
+    progress.info("%d actor(s) up; connecting their channels", len(probes))
     node = {n: p["node"] for n, p in probes.items()}
     node[DRIVER] = info.driver_node
     # Before any segment exists: should this driver die (even by SIGKILL), its janitor

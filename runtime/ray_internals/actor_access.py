@@ -80,6 +80,12 @@ def declared_tensor_transport(method: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def enables_tensor_transport(handle: Any) -> bool:
+    """Whether a live actor's class has Ray Direct Transport on (``@ray.remote(
+    enable_tensor_transport=True)``, or set by Ray for a ``@ray.method(tensor_transport=)``)."""
+    return bool(_get(handle, "_ray_enable_tensor_transport"))
+
+
 def handle_id(handle: Any) -> str:
     """A live actor handle's actor id, in hex."""
     return str(_get(handle, "_ray_actor_id", RUNTIME).hex())

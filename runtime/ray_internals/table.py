@@ -170,6 +170,8 @@ PRIVATE_API: tuple[RayInternal, ...] = (
     _E(_ACT, "ActorMethod._num_returns", _R, "@ray.method(num_returns=k)", "method_call"),
     _E(_ACT, "ActorMethod._tensor_transport", _R, "@ray.method(tensor_transport=...)",
        "method_call"),
+    _E(_ACT, "ActorHandle._ray_enable_tensor_transport", _R, "a traced RDT call plain Ray "
+       "would refuse (no enable_tensor_transport): warn", "enables_tensor_transport"),
     _E(_ACT, "ActorHandle._ray_actor_creation_function_descriptor", _R,
        "a live actor's class", "handle_class"),
     _E("ray._raylet", "PythonFunctionDescriptor.module_name", _R, "its module",

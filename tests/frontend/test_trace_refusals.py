@@ -155,12 +155,13 @@ def test_a_ref_escaping_to_a_global(w):
     assert "GLOBAL_REF" in str(exc)
 
     def append(x):
-        h = w.fwd.remote(x)  # <- kept
-        KEPT.append(h)
+        h = w.fwd.remote(x)  # <- made
+        KEPT.append(h)  # <- kept
         return h
 
+    # named first: the line where the ref escaped; then the line that made it
     exc = _refused(append, EscapedRefError, "kept")
-    assert "KEPT" in str(exc)
+    assert "KEPT" in str(exc) and f"(made at {_line('made')})" in str(exc)
     KEPT.clear()
 
 

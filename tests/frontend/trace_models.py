@@ -42,3 +42,11 @@ class Stage:
 def task(x):
     """A Ray remote function: tasks cannot be traced."""
     return x
+
+
+@ray.remote(num_cpus=0)
+class Plain:
+    """No Ray Direct Transport on its class (``enable_tensor_transport`` unset)."""
+
+    def fwd(self, x):
+        return x * 2

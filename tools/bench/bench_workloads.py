@@ -19,7 +19,10 @@ Every (workload, system) runs in a child process with a deadline, on one Ray clu
 parent starts: a system that hangs or crashes is reported as such and the others go on.
 Rounds alternate the systems' order (forward, then reversed, so none always runs first
 on a cold or warm machine); the table gives medians over rounds and the ratios against
-Ray CG and the floor. The default is 3 rounds: one round once showed the drop-in 2.06x
+Ray CG and the floor, and each system's range (min – max) over rounds; a line per workload
+then says whether cgc's own API or the drop-in measured faster (only where their ranges do
+not overlap) and one line answers "which API?" from those figures. Each run prints a
+progress line on stderr with the time elapsed and an estimate of the time left. The default is 3 rounds: one round once showed the drop-in 2.06x
 faster than cgc on ``train`` where three rounds found both at 351 steps/s (one run is at
 the mercy of whatever else the machine did then); ``--rounds 1`` for a quick look only. ``busy`` is the share of wall time in which some actor was inside a
 method call (from cgc's ``--trace``, one extra short run per round; on a GPU it counts
@@ -371,16 +374,21 @@ def main() -> None:
     workloads = args.workloads.split(",")
     systems = args.systems.split(",")
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in range(args.rounds):
-        order = systems if r % 2 == 0 else list(reversed(systems))
-        for w in workloads:
-            for s in order:
-                if s in GRAPH_SYSTEMS and w != "decode":
-                    continue
-                res = _run_child(w, s, args, address)
-                runs.setdefault((w, s), []).append(res)
-                shown = f"{res['rate']:.1f} {UNITS[w]}" if "rate" in res else res["error"]
-                print(f"round {r} {w:6} {s:10} {shown}", file=sys.stderr, flush=True)
+    plan = [(r, w, s) for r in range(args.rounds)
+            for w in workloads
+            for s in (systems if r % 2 == 0 else list(reversed(systems)))
+            if not (s in GRAPH_SYSTEMS and w != "decode")]
+    print(f"{len(plan)} runs ({args.rounds} round(s) of {len(plan) // max(1, args.rounds)}, "
+          "each in a child process, the systems' order alternating between rounds)",
+          file=sys.stderr, flush=True)
+    t_all = time.monotonic()
+    for i, (r, w, s) in enumerate(plan):
+        res = _run_child(w, s, args, address)
+        runs.setdefault((w, s), []).append(res)
+        shown = f"{res['rate']:.1f} {UNITS[w]}" if "rate" in res else res["error"]
+        print(f"[{i + 1}/{len(plan)}] round {r} {w:6} {s:10} {shown}   "
+              f"{progress(i + 1, len(plan), time.monotonic() - t_all)}",
+              file=sys.stderr, flush=True)
     ray.shutdown()
     if args.json:
         args.json.write_text(json.dumps({f"{w}/{s}": v for (w, s), v in runs.items()},
@@ -388,15 +396,78 @@ def main() -> None:
     print(table(runs, workloads, systems, args))
 
 
+def progress(done: int, total: int, elapsed: float) -> str:
+    """Elapsed time and the estimated time left, from the mean of the runs so far.
+
+    >>> progress(2, 6, 60.0)
+    'elapsed 1 min 0 s, about 2 min 0 s left'
+    """
+    def mmss(t: float) -> str:
+        return f"{int(t // 60)} min {int(t % 60)} s"
+
+    left = elapsed / done * (total - done) if done else float("nan")
+    return f"elapsed {mmss(elapsed)}, " + ("done" if done >= total else f"about {mmss(left)} left")
+
+
+def _spread(ok: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """(median, min, max) of the rates of one system's rounds."""
+    rates = [x["rate"] for x in ok]
+    return statistics.median(rates), min(rates), max(rates)
+
+
+def which_api(runs: dict[tuple[str, str], list[dict[str, Any]]],
+              workloads: list[str]) -> list[str]:
+    """One line per workload comparing cgc's own API with its Ray drop-in, from the measured
+    rounds: a difference counts only where the two systems' ranges over rounds do not
+    overlap; then one line of advice.
+
+    >>> runs = {("rl", "cgc"): [{"rate": r} for r in (10, 11, 12)],
+    ...         ("rl", "dropin"): [{"rate": r} for r in (20, 21, 22)]}
+    >>> which_api(runs, ["rl"])[0]
+    'rl: the drop-in is faster, 1.91× (median 21.0 vs 11.0 iterations/s; ranges over rounds do not overlap)'
+    """
+    lines, faster = [], {"cgc": 0, "dropin": 0}
+    for w in workloads:
+        got = {s: [x for x in runs.get((w, s), []) if "rate" in x] for s in ("cgc", "dropin")}
+        if not got["cgc"] or not got["dropin"]:
+            continue
+        (mc, lo_c, hi_c), (md, lo_d, hi_d) = _spread(got["cgc"]), _spread(got["dropin"])
+        unit = UNITS[w]
+        if hi_c < lo_d or hi_d < lo_c:
+            win, ratio = ("cgc", mc / md) if mc > md else ("dropin", md / mc)
+            faster[win] += 1
+            name = "cgc's own API" if win == "cgc" else "the drop-in"
+            lines.append(f"{w}: {name} is faster, {ratio:.2f}× (median {max(mc, md):,.1f} vs "
+                         f"{min(mc, md):,.1f} {unit}; ranges over rounds do not overlap)")
+        else:
+            lines.append(f"{w}: no measured difference (cgc {lo_c:,.1f}–{hi_c:,.1f}, drop-in "
+                         f"{lo_d:,.1f}–{hi_d:,.1f} {unit}: the ranges over rounds overlap)")
+    if not lines:
+        return []
+    if faster["cgc"] and not faster["dropin"]:
+        advice = ("cgc's own API (cgc.compile(dag).start()) measured faster here; the "
+                  "drop-in is for running an existing Ray Compiled Graph program unchanged")
+    elif faster["dropin"] and not faster["cgc"]:
+        advice = ("the drop-in measured faster here: keep the Ray program and "
+                  "cgc.ray_compat.install(); cgc's own API adds plans you can save, sign "
+                  "and inspect")
+    elif not faster["cgc"] and not faster["dropin"]:
+        advice = ("no measured speed difference: choose by what you start from (a Ray "
+                  "Compiled Graph program: the drop-in; new code or plan files: cgc's own API)")
+    else:
+        advice = "it depends on the workload (above); more --rounds narrow the ranges"
+    return lines + [f"which API: {advice}"]
+
+
 def table(runs: dict[tuple[str, str], list[dict[str, Any]]], workloads: list[str],
           systems: list[str], args: argparse.Namespace) -> str:
     """The markdown table: median rate per system, ratios, exactness against the floor."""
     lines = [f"size `{args.size}`, num_gpus per actor {args.gpus}, "
              f"{args.stages or 'default'} stages, {args.microbatches or 'default'} decode "
-             f"microbatches, {args.rounds} round(s); median over rounds",
+             f"microbatches, {args.rounds} round(s); median over rounds, and their range",
              "",
-             "| workload | system | rate | p50 / p99 per token | busy | ÷ Ray CG | ÷ floor "
-             "| ÷ cgc | equal to floor |", "|---|---|---|---|---|---|---|---|---|"]
+             "| workload | system | rate | min – max | p50 / p99 per token | busy | ÷ Ray CG "
+             "| ÷ floor | ÷ cgc | equal to floor |", "|---|---|---|---|---|---|---|---|---|---|"]
     for w in workloads:
         med: dict[str, float] = {}
         for s in systems:
@@ -413,7 +484,7 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], workloads: list[str
             ok = [x for x in got if "rate" in x]
             if not ok:
                 err = got[0]["error"] if got else "not run"
-                lines.append(f"| {w} | {s} | {err} | | | | | | |")
+                lines.append(f"| {w} | {s} | {err} | | | | | | | |")
                 continue
             lat = ""
             if w == "decode":
@@ -425,10 +496,13 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], workloads: list[str
             vs_cgc = f"{med[s] / med['cgc']:.2f}×" if "cgc" in med else "—"
             same = "—" if want is None else \
                 ("yes" if all(_same(x["result"], want, tol) for x in ok) else "NO")
-            lines.append(f"| {w} | {s} | {med[s]:,.1f} {UNITS[w]} | {lat} | "
+            _, lo, hi = _spread(ok)
+            lines.append(f"| {w} | {s} | {med[s]:,.1f} {UNITS[w]} | {lo:,.1f} – {hi:,.1f} | "
+                         f"{lat} | "
                          f"{f'{100 * statistics.median(busy):.0f}%' if busy else ''} | "
                          f"{vs_ray} | {vs_floor} | {vs_cgc} | {same} |")
-    return "\n".join(lines)
+    advice = which_api(runs, workloads)
+    return "\n".join(lines + ([""] + advice if advice else []))
 
 
 if __name__ == "__main__":
