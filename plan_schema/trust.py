@@ -134,11 +134,14 @@ class TrustNeeds:
         return bool(self.modules or self.pickles or self.runtime_envs or self.externals)
 
     def lines(self) -> list[str]:
-        """One line per item, in plan order: what would run or be reached."""
+        """One line per item, in plan order: what would run or be reached (escaped: one
+        line each, whatever the plan's strings hold)."""
+        from cgc.plan_schema.display import escape
+
         items: list[EmbeddedCode | PickledValue | RuntimeEnv | ExternalBinding] = [
             *self.modules, *self.pickles, *self.runtime_envs, *self.externals
         ]
-        return [it.text() for it in items]
+        return [escape(it.text()) for it in items]
 
     def short(self) -> str:
         """A count per kind: ``1 embedded module, 2 pickled values``."""
@@ -280,7 +283,9 @@ def unvouched_names(plan: pb.Plan, modules: ModuleTrust) -> list[str]:
         if node.kind == pb.CALL and node.method.startswith("_") and node.method != "__call__":
             out.append(f"node {node.name} calls the private method {node.method!r} of actor "
                        f"{node.actor}")
-    return out
+    from cgc.plan_schema.display import escape
+
+    return [escape(line) for line in out]  # one line each, whatever the names hold
 
 
 # ---------------------------------------------------------------- deciding
