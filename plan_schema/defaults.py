@@ -150,6 +150,9 @@ class Limits:
             turning a string into an int, ``sys.get_int_max_str_digits()``, is 4300).
         tensor_dims: dimensions of one tensor value or ``TensorSpec``.
         tensor_bytes: bytes one declared ``TensorSpec`` (a static edge's tensor) stands for.
+        file_bytes: the size of a plan file, checked before it is read (protobuf cannot
+            parse a message of 2 GiB or more; the compiler's plans are kilobytes to a few
+            megabytes, with embedded sources).
     """
 
     capacity: int = 1024
@@ -184,6 +187,7 @@ class Limits:
     bigint_digits: int = 4300
     tensor_dims: int = 32
     tensor_bytes: int = 1 << 40
+    file_bytes: int = _GIB
 
 
 # The limits every plan is checked against unless the caller passes others.
