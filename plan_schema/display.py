@@ -24,7 +24,7 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["escape", "escape_lines", "code_lines", "EscapedText", "MAX_LINE"]
+__all__ = ["escape", "escape_lines", "code_lines", "EscapedText", "unescaped", "MAX_LINE"]
 
 MAX_LINE = 4096  # characters of one shown line; the rest is cut, saying how much
 
@@ -124,3 +124,16 @@ class EscapedText:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
+
+
+def unescaped(stream: Any) -> Any:
+    """The stream under ``EscapedText`` (and wrappers that pass attributes through), for
+    cgc's own terminal control only (a progress bar's CR), never for text from a plan.
+
+    Example: ``click.progressbar(..., label=escape(name), file=unescaped(sys.stderr))``.
+
+    Raises:
+        Nothing.
+    """
+    inner = getattr(stream, "stream", None)
+    return unescaped(inner) if inner is not None else stream

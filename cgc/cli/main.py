@@ -95,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # after the command's own handling, before leaving Ray
         click.echo("Aborted.", err=True)
     finally:
-        _leave_ray(shutdown=not ray_was_up)
+        try:
+            _leave_ray(shutdown=not ray_was_up)
+        except KeyboardInterrupt:  # the first Ctrl-C, before _leave_ray ignored SIGINT
+            _leave_ray(shutdown=not ray_was_up)
+            code = 130
         if interrupts_seen() and code != 130:
             # A Ctrl-C while leaving, or one some library caught: still an abort.
             click.echo("Aborted.", err=True)
@@ -104,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout, sys.stderr = streams
             if handler is not None:
                 signal.signal(signal.SIGINT, handler)
+        else:
+            # The exit code is decided. SIG_IGN, not a Python handler: Python resets those
+            # to SIG_DFL while it finalizes, where a late Ctrl-C would kill the process.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
 
 
