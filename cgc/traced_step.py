@@ -67,7 +67,9 @@ class TracedStep:
     """A step function decorated with ``@cgc.trace``; call it like the function.
 
     ``plan`` is the compiled plan (None before the first call), ``graph`` the running
-    graph; ``teardown()`` stops it (a later call traces and starts it again).
+    graph; ``teardown()`` stops it for good: a later call raises ``GraphTornDownError`` at
+    once, naming the step's actors, and starts nothing (decorate the function again for a
+    new graph). So does a call after ``ray.shutdown()``, which ends the graph with its Ray.
     """
 
     def __init__(self, fn: Callable[..., Any], options: dict[str, Any]) -> None:
@@ -81,6 +83,8 @@ class TracedStep:
         self._arity: tuple[int, tuple[str, ...]] = (0, ())
         self._inputs: tuple[int, tuple[str, ...]] = (0, ())
         self._lock = threading.Lock()
+        self._stopped = False  # teardown() ran: no later call starts anything
+        self._ray_session = ""  # the Ray connection the torn-down graph ran in
         functools.update_wrapper(self, fn)
 
     @property
@@ -110,9 +114,13 @@ class TracedStep:
             StepArgumentsError: (a TypeError too) the arguments do not fit the function, or
                 differ in number or names from the traced call's; names the caller's line.
             TraceError: (first call) the step cannot be traced, naming the line.
+            GraphTornDownError: after ``teardown()`` or ``ray.shutdown()`` (names the
+                step's actors; nothing is started).
             CompileError, cgc.runtime errors: compiling or starting failed.
         """
         with self._lock:
+            if self._stopped or (self.graph is not None and self.graph.closing):
+                raise self._down_error()
             if self.graph is None:
                 self._check_first_call(args, kwargs)
                 self._start(args, kwargs)
@@ -187,8 +195,29 @@ class TracedStep:
         """
         with self._lock:
             graph, self.graph = self.graph, None
+            self._stopped = self._stopped or graph is not None
+            self._ray_session = graph.ray_session if graph is not None else ""
         if graph is not None:
             graph.teardown()
+
+    def _down_error(self) -> Exception:
+        """The ``GraphTornDownError`` of a call after teardown or ``ray.shutdown()``."""
+        from cgc.runtime.driver.cluster import ray_session
+        from cgc.runtime.errors import GraphTornDownError
+
+        name = getattr(self.fn, "__name__", "step")
+        graph = self.graph
+        started_in = graph.ray_session if graph is not None else self._ray_session
+        actors = ", ".join(f"{a.name} ({a.cls.qualname.rsplit('.', 1)[-1] or '?'})"
+                           for a in self.plan.proto.graph.actors)
+        if started_in and ray_session() != started_in:
+            state = (f"Ray has shut down since it started, so its actors are dead: {actors}")
+        else:
+            state = f"its actors ({actors}) are left as they are"
+        how = "after teardown()" if self._stopped else "by ray.shutdown()"
+        return GraphTornDownError(
+            f"{name}() was torn down {how}: {state}; a torn-down step starts nothing "
+            "again: decorate the function anew (cgc.trace(fn)) for a new graph")
 
 
 def _is_default(value: Any, default: Any) -> bool:

@@ -152,6 +152,9 @@ class Limits:
         tensor_bytes: bytes one declared ``TensorSpec`` (a static edge's tensor) stands for.
         weight_params: parameters of one weight sync (``WeightSync.params``), and members
             of one of its buckets (format 1.7).
+        file_bytes: the size of a plan file, checked before it is read (protobuf cannot
+            parse a message of 2 GiB or more; the compiler's plans are kilobytes to a few
+            megabytes, with embedded sources).
     """
 
     capacity: int = 1024
@@ -187,6 +190,7 @@ class Limits:
     tensor_dims: int = 32
     tensor_bytes: int = 1 << 40
     weight_params: int = 1_000_000
+    file_bytes: int = _GIB
 
 
 # The limits every plan is checked against unless the caller passes others.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,8 +134,10 @@ class PlanFile:
     signature_valid: bool
 
 
-def open_plan_bytes(data: bytes, source: str = "<bytes>") -> PlanFile:
-    """Check envelope bytes (magic, version, length, checksum, signature) and parse them.
+def open_plan_bytes(data: bytes, source: str = "<bytes>", *, parse: bool = True) -> PlanFile:
+    """Check envelope bytes (magic, version, length, checksum, signature) and parse them
+    (``parse=False``: the envelope only; ``PlanFile.plan`` is then an empty Plan, for a
+    decision the header alone can make: ``cgc.plan_schema.trust.header_refusal``).
 
     Nothing is decided about trust and nothing from the file runs.
 
@@ -145,16 +148,7 @@ def open_plan_bytes(data: bytes, source: str = "<bytes>") -> PlanFile:
     """
     header, off = read_header(data, source)
     payload = data[off:]
-    if len(payload) < header.payload_len:
-        raise PlanFormatError(
-            f"{source}: truncated plan file (payload has {len(payload)} of "
-            f"{header.payload_len} bytes)"
-        )
-    if len(payload) > header.payload_len:
-        raise PlanFormatError(
-            f"{source}: corrupted plan file ({len(payload) - header.payload_len} bytes of "
-            "trailing data)"
-        )
+    _check_length(len(payload), header.payload_len, source)
     digest = hashlib.sha256(payload).digest()
     if digest != header.payload_sha256:
         raise PlanFormatError(f"{source}: corrupted plan file (checksum mismatch)")
@@ -167,6 +161,8 @@ def open_plan_bytes(data: bytes, source: str = "<bytes>") -> PlanFile:
                                          header.format_version.minor, len(payload), digest)
         valid = signing.verify(header.signer_key, header.signature, message)
     plan = pb.Plan()
+    if not parse:
+        return PlanFile(header, plan, len(data), source, valid)
     try:
         plan.ParseFromString(payload)
     except DecodeError as exc:
@@ -174,29 +170,82 @@ def open_plan_bytes(data: bytes, source: str = "<bytes>") -> PlanFile:
     return PlanFile(header, plan, len(data), source, valid)
 
 
+def _check_length(have: int, want: int, source: str) -> None:
+    """Refuse a payload of ``have`` bytes where the header says ``want``."""
+    if have < want:
+        raise PlanFormatError(
+            f"{source}: truncated plan file (payload has {have} of {want} bytes)")
+    if have > want:
+        raise PlanFormatError(
+            f"{source}: corrupted plan file ({have - want} bytes of trailing data)")
+
+
 def _read_file(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of the plan file at ``path``.
+    """The bytes of the plan file at ``path``, read within bounds: only a regular file (not
+    ``/dev/zero``, a FIFO or a folder) of at most ``Limits.file_bytes``, its envelope header
+    checked (``read_header``) and its length matched against the header's payload length
+    before the payload is read.
 
     Raises:
         PlanFileMissingError: nothing is at ``path`` (a usage error).
-        PlanFormatError: it cannot be read (a folder, no permission, ...).
+        PlanFormatError: it cannot be read (no permission, ...), is not a regular file, is
+            too large, or its envelope is not a plan's (as ``read_header``).
     """
+    from cgc.plan_schema.defaults import LIMITS
+
     try:
-        return Path(path).read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise PlanFileMissingError(f"{path}: no such plan file") from None
     except OSError as exc:
         raise PlanFormatError(f"{path}: cannot read plan file ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+        raise PlanFormatError(f"{path}: cannot read plan file (it is {what}, not a regular file)")
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > LIMITS.file_bytes:
+            raise PlanFormatError(
+                f"{path}: {st.st_size:,} bytes, more than a plan file may be "
+                f"({LIMITS.file_bytes:,} bytes: Limits.file_bytes)")
+        try:
+            head = _read_up_to(f, len(MAGIC) + _LEN.size)
+            if len(head) == len(MAGIC) + _LEN.size and head[: len(MAGIC)] == MAGIC:
+                (hlen,) = _LEN.unpack_from(head, len(MAGIC))
+                head += _read_up_to(f, min(hlen, _MAX_HEADER + 1))
+            header, off = read_header(head, str(path))
+            _check_length(st.st_size - off, header.payload_len, str(path))
+            return head + _read_up_to(f, header.payload_len)
+        except OSError as exc:
+            raise PlanFormatError(f"{path}: cannot read plan file ({exc.strerror})") from None
 
 
-def open_plan(path: str | os.PathLike[str]) -> PlanFile:
-    """``open_plan_bytes`` of a file.
+def _read_up_to(f: Any, n: int) -> bytes:
+    """At most ``n`` bytes of ``f`` (fewer at its end)."""
+    chunks: list[bytes] = []
+    while n > 0:
+        chunk = f.read(n)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def open_plan(path: str | os.PathLike[str], *, parse: bool = True) -> PlanFile:
+    """``open_plan_bytes`` of a file, read within bounds (a regular file of at most
+    ``Limits.file_bytes``, its header checked before the payload is read).
+
+    Example: ``open_plan("x.cgplan").plan.name``.
 
     Raises:
-        PlanFormatError: missing or unreadable, or as ``open_plan_bytes``.
+        PlanFormatError: missing, unreadable, not a regular file, too large, or as
+            ``open_plan_bytes``.
     """
     data = _read_file(path)
-    return open_plan_bytes(data, str(path))
+    return open_plan_bytes(data, str(path), parse=parse)
 
 
 def read_plan_bytes(data: bytes, source: str = "<bytes>", *, trust: bool = True) -> pb.Plan:

@@ -38,7 +38,7 @@ class Requirement:
 
 def imported_names(source: str, filename: str, package: str | None = None) -> set[str]:
     """Dotted module names ``source`` imports, read with ``ast`` (nothing runs); a source
-    that does not parse gives none. Relative imports are resolved against ``package``, or
+    that does not parse (or holds a NUL, in it or its file name) gives none. Relative imports are resolved against ``package``, or
     left out when it is None.
 
     Example: ``imported_names("import a.b\\nfrom .c import d", "m.py", "pkg")`` →
@@ -47,7 +47,7 @@ def imported_names(source: str, filename: str, package: str | None = None) -> se
     names: set[str] = set()
     try:
         tree = ast.parse(source, filename)
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte
         return names
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

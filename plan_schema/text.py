@@ -188,13 +188,18 @@ def parse_program(line: str) -> pb.Program:
 def format_plan_text(plan: pb.Plan) -> str:
     """The whole plan, readable: what ``cgc inspect`` prints and golden tests compare.
 
+    Each line is escaped (``cgc.plan_schema.display.escape``): a string from the plan never
+    starts a line of its own or drives a terminal.
+
     Example: ``print(format_plan_text(plan))``.
 
     Raises:
         PlanFormatError: the plan holds an enum value this cgc does not know (the message
             names the field); other damage prints as it is (``cgc check`` finds it).
     """
-    return "\n".join(_plan_lines(plan)) + "\n"
+    from cgc.plan_schema.display import escape
+
+    return "\n".join(escape(line) for line in _plan_lines(plan)) + "\n"
 
 
 def _loc(loc: pb.SourceLoc) -> str:

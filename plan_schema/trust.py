@@ -33,11 +33,13 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from cgc.plan_schema import plan_pb2 as pb
@@ -134,11 +136,14 @@ class TrustNeeds:
         return bool(self.modules or self.pickles or self.runtime_envs or self.externals)
 
     def lines(self) -> list[str]:
-        """One line per item, in plan order: what would run or be reached."""
+        """One line per item, in plan order: what would run or be reached (escaped: one
+        line each, whatever the plan's strings hold)."""
+        from cgc.plan_schema.display import escape
+
         items: list[EmbeddedCode | PickledValue | RuntimeEnv | ExternalBinding] = [
             *self.modules, *self.pickles, *self.runtime_envs, *self.externals
         ]
-        return [it.text() for it in items]
+        return [escape(it.text()) for it in items]
 
     def short(self) -> str:
         """A count per kind: ``1 embedded module, 2 pickled values``."""
@@ -162,20 +167,21 @@ class _Finder:
         self.envs: list[RuntimeEnv] = []
         self.externals: list[ExternalBinding] = []
 
-    def walk(self, msg: Message, where: str, owner: str = "") -> None:
-        """Visit every set field of ``msg``; ``where`` names it for people, ``owner`` is
-        the actor it belongs to (for options)."""
+    def walk(self, msg: Message, where_fn: Callable[[], str], owner: str = "") -> None:
+        """Visit every set field of ``msg`` that can hold something needing trust;
+        ``where_fn()`` names it for people (built only when something is found), ``owner``
+        is the actor it belongs to (for options)."""
         if isinstance(msg, pb.EmbeddedModule):
             raw = msg.source.encode("utf-8")
             self.modules.append(EmbeddedCode(msg.name, msg.source_file, len(raw),
                                              hashlib.sha256(raw).hexdigest()))
         elif isinstance(msg, pb.ActorOptions) and msg.runtime_env_json:
-            self.envs.append(RuntimeEnv(owner or where, msg.runtime_env_json))
+            self.envs.append(RuntimeEnv(owner or where_fn(), msg.runtime_env_json))
         elif isinstance(msg, pb.ExternalActor) and (msg.name or msg.actor_id):
             target = (f"named {msg.name!r}" + (f" in namespace {msg.namespace!r}"
                                                 if msg.namespace else "")
                       if msg.name else f"with id {msg.actor_id}")
-            self.externals.append(ExternalBinding(owner or where, target))
+            self.externals.append(ExternalBinding(owner or where_fn(), target))
         if isinstance(msg, pb.Actor):
             owner = msg.name
         for fd, value in msg.ListFields():
@@ -183,13 +189,38 @@ class _Finder:
                 items = value if _repeated(fd) else [value]
                 for i, b in enumerate(items):
                     if b:
+                        where = where_fn()
                         at = where if not _repeated(fd) else f"{where}[{i}]"
                         self.pickles.append(PickledValue(_join(at, fd, msg), len(b)))
-            if fd.message_type is None:
+            if fd.message_type is None or not _may_need_trust(fd.message_type):
                 continue
             items = value if _repeated(fd) else [value]
             for i, child in enumerate(items):
-                self.walk(child, _label(msg, fd, i, child, where), owner)
+                self.walk(child, functools.partial(_label, msg, fd, i, child, where_fn), owner)
+
+
+_TRUST_TYPES = ("EmbeddedModule", "ActorOptions", "ExternalActor")
+
+
+@functools.cache
+def _may_need_trust(desc: Descriptor) -> bool:
+    """Whether a message of type ``desc`` can hold (at any depth) a pickle, embedded code,
+    a runtime_env or an external actor: the walk skips the others (channels, programs)."""
+    seen: set[str] = set()
+    todo = [desc]
+    while todo:
+        d = todo.pop()
+        if d.full_name in seen:
+            continue
+        seen.add(d.full_name)
+        if d.name in _TRUST_TYPES:
+            return True
+        for fd in d.fields:
+            if fd.type == FieldDescriptor.TYPE_BYTES and "pickle" in fd.name:
+                return True
+            if fd.message_type is not None:
+                todo.append(fd.message_type)
+    return False
 
 
 def _repeated(fd: FieldDescriptor) -> bool:
@@ -203,8 +234,10 @@ def _join(where: str, fd: FieldDescriptor, msg: Message) -> str:
     return f"{where} {fd.name}".strip()
 
 
-def _label(msg: Message, fd: FieldDescriptor, i: int, child: Any, where: str) -> str:
+def _label(msg: Message, fd: FieldDescriptor, i: int, child: Any,
+           where_fn: Callable[[], str]) -> str:
     """Where ``child`` (item ``i`` of field ``fd`` of ``msg``) is, in words."""
+    where = where_fn()
     name = fd.name
     if isinstance(msg, pb.Plan):
         if name == "example_args":
@@ -254,7 +287,7 @@ def plan_needs(plan: pb.Plan) -> TrustNeeds:
     Example: ``plan_needs(plan).lines()`` -> ``["embedded module cgcmodel_chain (...)"]``.
     """
     f = _Finder()
-    f.walk(plan, "")
+    f.walk(plan, str)  # str() == "": the plan itself
     return TrustNeeds(tuple(f.modules), tuple(f.pickles), tuple(f.envs), tuple(f.externals))
 
 
@@ -280,7 +313,9 @@ def unvouched_names(plan: pb.Plan, modules: ModuleTrust) -> list[str]:
         if node.kind == pb.CALL and node.method.startswith("_") and node.method != "__call__":
             out.append(f"node {node.name} calls the private method {node.method!r} of actor "
                        f"{node.actor}")
-    return out
+    from cgc.plan_schema.display import escape
+
+    return [escape(line) for line in out]  # one line each, whatever the names hold
 
 
 # ---------------------------------------------------------------- deciding
@@ -401,6 +436,49 @@ def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None,
     return TrustDecision(needs=needs, allowed=basis != REFUSED, basis=basis, signer=signer,
                          modules=modules or ModuleTrust(), unvouched=unvouched,
                          class_modules=_modules_named(pf.plan))
+
+
+# Above this payload size, a refusal the header decides is made before parsing the graph
+# (the refusal then lists no items: ``cgc inspect`` does); below, the listing costs little.
+DETAIL_BYTES = 16 << 20
+
+
+def header_refusal(pf: PlanFile, *, trust: bool,
+                   keyring: Keyring | None = None) -> UntrustedPlanError | None:
+    """The refusal the envelope alone decides for a large plan, before its graph is parsed
+    (``pf`` may be ``open_plan(path, parse=False)``): None unless the payload is over
+    ``DETAIL_BYTES``, ``trust`` is False, no valid signature by a trusted key vouches for
+    it, and either its signature does not verify or its header says it needs trust. (A
+    header that says it needs none decides nothing: the content is checked.)
+
+    Example: ``err = header_refusal(open_plan(path, parse=False), trust=False)``.
+
+    Raises:
+        KeyFileError: the user's key files are malformed or unsafe (a signed plan only).
+    """
+    h = pf.header
+    if trust or h.payload_len <= DETAIL_BYTES:
+        return None
+    if h.signature and keyring is None:
+        from cgc.plan_schema.signing import load_keyring
+
+        keyring = load_keyring()
+    signer, trusted_sig = _signer_line(pf, keyring)
+    bad_sig = bool(h.signature) and not pf.signature_valid
+    if trusted_sig or not (bad_sig or h.needs_trust):
+        return None
+    where = f"{pf.source}: plan {h.name!r}"
+    why = ("its signature does not verify" if bad_sig else
+           "its header says it holds code from the file or reaches outside the graph")
+    err = UntrustedPlanError(
+        f"{where} is not trusted here: {signer}.\n{why} (refused from the envelope, "
+        f"before reading its {h.payload_len:,}-byte graph: `cgc inspect --code {pf.source}` "
+        "lists what would run)\n"
+        f"run it only if you trust where it came from: `cgc run --trust {pf.source}` or "
+        f"cgc.load({pf.source!r}, trust=True); `cgc keys add KEYFILE` trusts a colleague's key")
+    err.decision = TrustDecision(allowed=False, basis=REFUSED,  # type: ignore[attr-defined]
+                                 signer=signer)
+    return err
 
 
 def _modules_named(plan: pb.Plan) -> tuple[str, ...]:

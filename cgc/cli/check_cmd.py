@@ -45,11 +45,11 @@ def check_cmd(plan_path: Path, executions: int | None) -> None:
         f"stepped {report.executions} executions ({report.ops_stepped} ops) with "
         f"{at}: no deadlock"
     )
-    for line in trust_lines(pf, detail=False):
-        click.echo(f"  {line}")
     needs = requirements(pf.plan)
     if needs:
         click.echo("  needs installed where it runs: "
                    + "; ".join(f"{r.module} ({r.why})" for r in needs))
     else:
         click.echo("  needs installed where it runs: cgc and Ray only")
+    for line in trust_lines(pf, detail=False):  # last: the verdict after all plan content
+        click.echo(f"  {line}")

@@ -44,25 +44,35 @@ def inspect_cmd(plan_path: Path, as_json: bool, as_code: bool) -> None:
     from cgc.cli.trust_text import trust_lines
     from cgc.plan_schema.text import format_plan_text
 
+    # The trust lines last, after all plan content: what the verifier decided is what a
+    # reader sees at the bottom (every line escaped: cgc.plan_schema.display).
     click.echo(header_text(pf.header, pf.size))
-    click.echo("\n".join(trust_lines(pf)))
     click.echo(format_plan_text(pf.plan))
+    click.echo("\n".join(trust_lines(pf)))
 
 
 def header_text(header: pb.PlanHeader, size: int) -> str:
     """One line about the file: format, producer, size, checksum."""
+    from cgc.plan_schema.display import escape
+
     fv = header.format_version
     return (
-        f"plan {header.name!r}: format {fv.major}.{fv.minor}, {header.producer}, "
+        f"plan {header.name!r}: format {fv.major}.{fv.minor}, {escape(header.producer)}, "
         f"{size:,} bytes, payload sha256 {header.payload_sha256.hex()[:16]}"
     )
 
 
 def code_text(plan: pb.Plan) -> str:
-    """Every embedded module's source, each under a header line naming it and its digest.
+    """Every embedded module's source, each under a header line naming it and its digest,
+    each line numbered as Python's compiler numbers it (``\\r``, ``\\r\\n`` and ``\\n`` end a
+    line; see ``cgc.plan_schema.display.code_lines``) and escaped.
 
     Example: ``code_text(plan).startswith("# ---- embedded module")``.
+
+    Raises:
+        Nothing.
     """
+    from cgc.plan_schema.display import code_lines
     from cgc.plan_schema.trust import plan_needs
 
     needs = plan_needs(plan)
@@ -71,8 +81,8 @@ def code_text(plan: pb.Plan) -> str:
     for code in needs.modules:
         m = by_name.get(code.name)
         out.append(f"# ---- {code.text()}\n")
-        source = m.source if m is not None else ""
-        out.append(source if source.endswith("\n") or not source else source + "\n")
+        lines = code_lines(m.source if m is not None else "")
+        out.extend(f"{n:>5}| {line}\n" for n, line in enumerate(lines, 1))
     if not out:
         out.append(f"# plan {plan.name!r} embeds no source code\n")
     if needs.pickles:

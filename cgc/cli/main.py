@@ -72,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
 
     Ctrl-C at any moment ends with "Aborted." and exit code 130: a SIGINT interrupts the
     command; the cleanup it starts (teardown, Ray's shutdown) runs to its end first.
+    Everything the command writes to stdout and stderr passes ``escape_lines`` (no control
+    sequence from a plan reaches the terminal: ``cgc.plan_schema.display``).
     """
     import signal
 
+    from cgc.plan_schema.display import EscapedText
     from cgc.runtime.driver.interrupts import interrupts_seen, watch_interrupts
 
     # Called from Python (tests, notebooks: argv given), main() must leave the caller's Ray
@@ -84,19 +87,31 @@ def main(argv: list[str] | None = None) -> int:
     ray_was_up = ray_mod is not None and ray_mod.is_initialized()
     handler = signal.getsignal(signal.SIGINT)
     watch_interrupts()
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapedText(sys.stdout), EscapedText(sys.stderr)
     code = 130
     try:
         code = _main(argv)
     except KeyboardInterrupt:  # after the command's own handling, before leaving Ray
         click.echo("Aborted.", err=True)
     finally:
-        _leave_ray(shutdown=not ray_was_up)
+        try:
+            _leave_ray(shutdown=not ray_was_up)
+        except KeyboardInterrupt:  # the first Ctrl-C, before _leave_ray ignored SIGINT
+            _leave_ray(shutdown=not ray_was_up)
+            code = 130
         if interrupts_seen() and code != 130:
             # A Ctrl-C while leaving, or one some library caught: still an abort.
             click.echo("Aborted.", err=True)
             code = 130
-        if not owns_process and handler is not None:
-            signal.signal(signal.SIGINT, handler)
+        if not owns_process:
+            sys.stdout, sys.stderr = streams
+            if handler is not None:
+                signal.signal(signal.SIGINT, handler)
+        else:
+            # The exit code is decided. SIG_IGN, not a Python handler: Python resets those
+            # to SIG_DFL while it finalizes, where a late Ctrl-C would kill the process.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
 
 

@@ -5,10 +5,10 @@
   starts. For the local Ray cgc starts itself (no ``--address``) it says nothing the user
   asked about: hidden unless ``--verbose``. Joining a cluster keeps it.
 - The ``(Actor pid=...)`` prefixes of the actors' output and Ray's "[repeated 2x across
-  cluster]" are coloured by Ray with ANSI codes even when stdout/stderr is a file or a
-  pipe (``cgc run --torch-profile DIR 2> log``): plain text there (``RAY_COLOR_PREFIX=0``,
-  and the process's text streams drop ANSI colour codes), colours only on a terminal,
-  never with ``NO_COLOR`` set.
+  cluster]" are coloured by Ray with ANSI codes: always plain text (``RAY_COLOR_PREFIX=0``,
+  and the process's text streams drop ANSI colour codes), on a terminal too: cgc's display
+  rule lets no escape sequence through (``cgc.plan_schema.display``), so a colour code
+  would show as its escaped text.
 
 Example: ``quiet_ray_output(address=None, verbose=False)`` before ``plan.start()``.
 """
@@ -33,12 +33,10 @@ TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 def quiet_ray_output(address: str | None, verbose: bool) -> None:
     """Set up Ray's output for this ``cgc run`` (see the module docstring)."""
-    no_color = bool(os.environ.get("NO_COLOR"))
-    if no_color or not (_isatty(sys.stderr) and _isatty(sys.stdout)):
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    os.environ["RAY_COLOR_PREFIX"] = "0"
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if (no_color or not _isatty(stream)) and not isinstance(stream, PlainText):
+        if not isinstance(stream, PlainText):
             setattr(sys, name, PlainText(stream))
     if address is None and not verbose:
         # Errors (no token where one is needed) still show.
@@ -91,10 +89,3 @@ class PlainText:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
-
-def _isatty(stream: object) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except ValueError:  # closed
-        return False

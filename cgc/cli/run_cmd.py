@@ -156,6 +156,7 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
     import time
 
     from cgc.cli.ray_output import quiet_ray_output, show_progress
+    from cgc.plan_schema.display import escape, unescaped
     from cgc.runtime import load
     from cgc.runtime.driver.interrupts import interrupts_seen
 
@@ -178,10 +179,12 @@ def run_cmd(plan_path: str, iters: int, warmup: int, address: str | None,
             once()
         lat: list[float] = []
         t_all = time.perf_counter()
-        err = sys.stderr  # click 8.5 deprecates get_text_stream (mypy flags it)
+        # The bar redraws with CR: it writes under the display rule's escaping, its one
+        # plan-derived string escaped (click 8.5 deprecates get_text_stream: sys.stderr).
+        err = unescaped(sys.stderr)
         interrupted = False
         try:
-            with click.progressbar(range(iters), label=f"running {plan.name}",
+            with click.progressbar(range(iters), label=f"running {escape(plan.name)}",
                                    file=err) as bar:
                 for _ in bar:
                     t0 = time.perf_counter()

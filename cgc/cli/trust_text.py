@@ -14,10 +14,12 @@ __all__ = ["trust_lines"]
 def trust_lines(pf: PlanFile, *, detail: bool = True) -> list[str]:
     """Lines on the plan's signature, its needs and the rule that decides whether it runs
     here without ``--trust``; ``detail`` lists every item that needs trust. The names the
-    user's trusted modules do not cover are always listed.
+    user's trusted modules do not cover are always listed. The rule ("runs here: ...") is
+    the last line, after every line that quotes the plan.
 
     Example: ``trust_lines(open_plan("x.cgplan"))[0]`` -> ``"signature: signed by ..."``.
     """
+    from cgc.plan_schema.display import escape
     from cgc.plan_schema.signing import KeyFileError
     from cgc.plan_schema.trust import decide
 
@@ -37,23 +39,18 @@ def trust_lines(pf: PlanFile, *, detail: bool = True) -> list[str]:
         lines.append("runs here: not known (your trust files could not be read)")
         if detail:
             lines.extend(f"  {line}" for line in needs.lines())
-        return lines
+        return [escape(line) for line in lines]
     lines = [f"signature: {decision.signer}"]
     needs = decision.needs
     if not needs.needs_trust:
         verdict = "no code from the file (installed classes and plain values only)"
-    elif decision.allowed:  # the rule says why: one line, not two saying it runs
-        verdict = (f"{needs.short()}; runs here without --trust: "
-                   + decision.rule().removeprefix("runs here: yes, "))
-    else:
-        verdict = (f"{needs.short()}; runs here only with --trust: no trusted signature "
-                   "vouches for it")
+    else:  # whether it runs here is the rule's line, printed last: said once
+        verdict = needs.short()
     if pf.header.signature and not pf.signature_valid:
         verdict += "; refused without --trust: its signature does not verify"
     lines.append(f"needs trust: {verdict}")
-    if not needs.needs_trust:
-        lines.append(decision.rule())
     if detail:
         lines.extend(f"  {line}" for line in needs.lines())
     lines.extend(f"  {line}" for line in decision.unvouched)
-    return lines
+    lines.append(decision.rule())  # the verifier's verdict, after every plan-derived line
+    return [escape(line) for line in lines]

@@ -12,6 +12,7 @@ import textwrap
 
 from cgc.plan_schema import DRIVER
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.display import escape
 from cgc.plan_schema.text import format_op
 from cgc.viz.steps import step_plan
 from cgc.viz.style import class_name, task_label
@@ -46,7 +47,7 @@ def ascii_view(plan: pb.Plan, width: int = 100) -> str:
         lead = f"  {prog.actor:>{pad}}: "
         out += textwrap.wrap(text, max(40, width), initial_indent=lead,
                              subsequent_indent=" " * len(lead), break_on_hyphens=False)
-    return "\n".join(out) + "\n"
+    return "\n".join(escape(line) for line in out) + "\n"  # a name never breaks a line
 
 
 def schedule_ascii(plan: pb.Plan, width: int = 100) -> str:
@@ -81,4 +82,4 @@ def schedule_ascii(plan: pb.Plan, width: int = 100) -> str:
             line = label.rjust(label_w - 1) + " "
             line += "".join(cell.get((actor, is_comm, s), "·").ljust(col_w) for s in steps)
             out.append(line.rstrip())
-    return "\n".join(out) + "\n"
+    return "\n".join(escape(line) for line in out) + "\n"  # a name never breaks a line

@@ -11,10 +11,11 @@ Example::
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as html_escape
 from itertools import pairwise
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.display import escape as shown
 from cgc.plan_schema.weight_sync import sync_summary
 from cgc.viz.style import actor_tint, class_name, quote, task_label
 
@@ -42,12 +43,17 @@ def _sync_edges(plan: pb.Plan, edges: dict[tuple[int, int, int], pb.Edge]) -> di
     return out
 
 
+def _html(text: str) -> str:
+    """``text`` as HTML label text, escaped for display first (``cgc.plan_schema.display``)."""
+    return html_escape(shown(text))
+
+
 def _task_html(node: pb.Node, graph: pb.Graph, actor: pb.Actor) -> str:
     name, _, consts = task_label(node, graph).partition("\n")
-    extra = f'<BR/><FONT POINT-SIZE="9">{escape(consts)}</FONT>' if consts else ""
+    extra = f'<BR/><FONT POINT-SIZE="9">{_html(consts)}</FONT>' if consts else ""
     return (
-        f'<<FONT POINT-SIZE="9" COLOR="#555555">{escape(class_name(actor))}:'
-        f"{escape(actor.name)}</FONT><BR/><B>{escape(name)}</B>{extra}>"
+        f'<<FONT POINT-SIZE="9" COLOR="#555555">{_html(class_name(actor))}:'
+        f"{_html(actor.name)}</FONT><BR/><B>{_html(name)}</B>{extra}>"
     )
 
 

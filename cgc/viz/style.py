@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.plan_schema.display import escape
 from cgc.plan_schema.values import value_to_text
 
 __all__ = ["PALETTE", "actor_tint", "quote", "class_name", "actor_title", "task_label"]
@@ -16,7 +17,9 @@ def actor_tint(i: int) -> str:
 
 
 def quote(text: str) -> str:
-    """A DOT double-quoted string. Example: ``quote('a"b') == '"a\\\\"b"'``."""
+    """A DOT double-quoted string, each line of ``text`` escaped for display
+    (``cgc.plan_schema.display``). Example: ``quote('a"b') == '"a\\\\"b"'``."""
+    text = "\n".join(escape(line) for line in text.split("\n"))
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

@@ -115,18 +115,23 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
             logical = "num_gpus" in sizing
         else:
             kwargs["address"] = address
+        from cgc.runtime.driver.interrupts import deferred_interrupts
+
         if address is None:
             progress.info("starting a local Ray with %s CPUs (Ray takes a few seconds)",
                           kwargs["num_cpus"])
         else:
             progress.info("joining the Ray cluster at %s", address)
-        try:
-            ray.init(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - surfaced as one clear line
-            target = f"the Ray cluster at {address!r}" if address else "a local Ray"
-            raise SetupError(f"cannot start or join {target}: {exc}") from exc
-        started = address is None
-        _OWN["ray"] = started
+        # Why held: a SIGINT while Ray starts can crash Ray's IO thread (SIGSEGV); one that
+        # arrives meanwhile is raised as soon as ray.init() has returned.
+        with deferred_interrupts():
+            try:
+                ray.init(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - surfaced as one clear line
+                target = f"the Ray cluster at {address!r}" if address else "a local Ray"
+                raise SetupError(f"cannot start or join {target}: {exc}") from exc
+            started = address is None
+            _OWN["ray"] = started
     if not started and _LOGICAL.get("gpus"):
         logical = True  # the local Ray an earlier start() of this process declared
     declared = ray.cluster_resources().get("GPU", 0) > 0

@@ -72,10 +72,14 @@ _SEEN: list[int] = []
 
 
 def watch_interrupts() -> None:
-    """For a command that owns its process: from now on each SIGINT raises
-    ``KeyboardInterrupt`` as Python's own handler does, and is counted, so that one some
-    library caught and dropped (an ``except BaseException`` in an import, say) still
-    ends the command at its next ``interrupts_seen()`` check.
+    """For a command that owns its process: from now on the first SIGINT raises
+    ``KeyboardInterrupt`` as Python's own handler does, and every one is counted, so that
+    one some library caught and dropped (an ``except BaseException`` in an import, say)
+    still ends the command at its next ``interrupts_seen()`` check. A later SIGINT that
+    arrives while a ``KeyboardInterrupt`` is being handled (a second Ctrl-C pressed while
+    the first one's cleanup runs: an ``except`` or ``finally`` block, a ``with`` block's
+    exit) is absorbed: the first one already decided the exit, and raising again would
+    break that cleanup half-way. One after a first that was swallowed raises again.
 
     Example: ``watch_interrupts()`` at the top of a command's ``main()``.
     """
@@ -85,7 +89,8 @@ def watch_interrupts() -> None:
 
     def count(signum: int, frame: Any) -> None:
         _SEEN.append(signum)
-        raise KeyboardInterrupt
+        if len(_SEEN) == 1 or not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, count)
 

@@ -173,8 +173,12 @@ def load(path: str | os.PathLike[str], *, trust: bool = False) -> Plan:
         KeyFileError: the user's key files are malformed or open to other users.
     """
     from cgc.plan_schema.planfile import open_plan
-    from cgc.plan_schema.trust import decide, untrusted_error
+    from cgc.plan_schema.trust import decide, header_refusal, untrusted_error
 
+    # A large plan its envelope already refuses is refused before its graph is parsed.
+    refused = header_refusal(open_plan(path, parse=False), trust=trust)
+    if refused is not None:
+        raise refused
     pf = open_plan(path)
     decision = decide(pf, trust=trust)
     if not decision.allowed:

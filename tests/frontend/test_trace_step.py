@@ -19,6 +19,7 @@ from cgc.errors import CompileError, TraceError
 from cgc.frontend import trace
 from cgc.frontend.step_tracer import trace_step
 from cgc.plan_schema import plan_pb2 as pb
+from cgc.runtime.errors import GraphTornDownError
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +238,68 @@ def test_compile_takes_a_decorated_step_without_starting_it(stages):
     plan = cgc.compile(step, example_inputs=(1.0,))
     assert step.graph is None and step.plan is None  # compiling did not run the step
     assert [n.method for n in plan.proto.graph.nodes if n.method] == ["fwd", "fwd"]
+
+
+def test_a_call_after_teardown_raises_at_once_and_starts_nothing(stages):
+    a, b = stages
+
+    @cgc.trace
+    def step(x):
+        return b.fwd.remote(a.fwd.remote(x))
+
+    assert ray.get(step(1.0)) == 6.0
+    plan = step.plan
+    step.teardown()
+    with pytest.raises(GraphTornDownError, match=r"step\(\) was torn down after teardown\(\)"
+                       r".*\(stage0 \(Stage\), stage1 \(Stage\)\) are left as they are"):
+        step(1.0)
+    assert step.graph is None and step.plan is plan  # not traced nor started again
+    step.teardown()  # idempotent
+    assert ray.get(a.fwd.remote(1.0)) == 2.0
+
+
+AFTER_SHUTDOWN = """
+import sys, time, ray, cgc
+sys.path.insert(0, sys.argv[1])
+import trace_models as tm
+from cgc.runtime.errors import GraphTornDownError
+
+ray.init("local", num_cpus=2, include_dashboard=False)
+a, b = tm.Stage.remote(2.0), tm.Stage.remote(3.0)
+
+@cgc.trace
+def step(x):
+    return b.fwd.remote(a.fwd.remote(x))
+
+print("value", ray.get(step(1.0)), flush=True)
+ray.shutdown()
+if sys.argv[2] == "teardown":
+    step.teardown()
+t0 = time.monotonic()
+try:
+    step(1.0)
+except GraphTornDownError as exc:
+    print("refused", round(time.monotonic() - t0, 3), exc, flush=True)
+print("ray up", ray.is_initialized(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("then", ["teardown", "nothing"])
+def test_a_call_after_ray_shutdown_names_the_dead_actors_and_starts_no_ray(then, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", AFTER_SHUTDOWN, str(Path(__file__).parent),
+                          then], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "value 6.0"
+    refused = next(ln for ln in lines if ln.startswith("refused"))
+    assert float(refused.split()[1]) < 1.0, refused  # at once, not after Ray's retries
+    assert "Ray has shut down since it started, so its actors are dead: stage0 (Stage), " \
+           "stage1 (Stage)" in refused
+    assert lines[-1] == "ray up False"

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import resource
 import struct
+import subprocess
+import sys
+import tracemalloc
 
 import pytest
 
@@ -162,3 +167,82 @@ def test_checksum_is_over_exact_payload_bytes():
     start = len(MAGIC) + 4
     header = pb.PlanHeader.FromString(data[start : start + hlen])
     assert header.payload_sha256 == hashlib.sha256(data[start + hlen :]).digest()
+
+
+# ---------------------------------------------------------------- bounded reading (issue 44)
+
+
+def _cgc_check(path: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``cgc check PATH`` in a process limited to 2 GB of address space."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    return subprocess.run([sys.executable, "-m", "cgc.cli.main", "check", path],
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=limit)
+
+
+def test_dev_zero_and_a_fifo_are_refused_as_not_regular_files(tmp_path):
+    fifo = tmp_path / "plan.cgplan"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):  # before: MemoryError / waiting for a writer
+        done = _cgc_check(path)
+        assert done.returncode == EXIT_INVALID_PLAN, done.stderr
+        assert done.stderr == f"error: {path}: cannot read plan file (it is a device, FIFO or " \
+                              "socket, not a regular file)\n"
+    with pytest.raises(PlanFormatError, match="not a regular file"):
+        read_plan("/dev/zero")
+
+
+def test_a_gigabyte_of_zeros_is_refused_from_its_first_bytes(tmp_path):
+    path = tmp_path / "zeros.cgplan"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # sparse: no disk used
+    tracemalloc.start()
+    try:
+        with pytest.raises(PlanFormatError, match="does not start with the .cgplan magic"):
+            read_plan(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # the head only, not the gigabyte
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from cgc.plan_schema import defaults
+
+    path = tmp_path / "p.cgplan"
+    data = write_plan(_plan(), path)
+    monkeypatch.setattr(defaults, "LIMITS", defaults.Limits(file_bytes=len(data) - 1))
+    with pytest.raises(PlanFormatError, match=rf"{len(data):,} bytes, more than a plan file "
+                       rf"may be \({len(data) - 1:,} bytes: Limits.file_bytes\)"):
+        read_plan(path)
+    monkeypatch.setattr(defaults, "LIMITS", defaults.Limits(file_bytes=len(data)))
+    assert read_plan(path).name == "p"
+
+
+def test_length_against_the_header_is_checked_from_the_file_size(tmp_path):
+    path = tmp_path / "p.cgplan"
+    data = write_plan(_plan(), path)
+    path.write_bytes(data + b"\0" * 5)
+    with pytest.raises(PlanFormatError, match="5 bytes of trailing data"):
+        read_plan(path)
+    path.write_bytes(data[:-3])
+    with pytest.raises(PlanFormatError, match=r"truncated plan file \(payload has"):
+        read_plan(path)
+
+
+def test_a_large_plan_the_header_refuses_is_refused_before_its_graph_is_read(
+        tmp_path, monkeypatch):
+    import cgc
+    from cgc.plan_schema import trust
+
+    plan = _plan("coded")
+    plan.graph.modules.add(name="mod", source="class Worker:\n    pass\n", source_file="m.py")
+    path = tmp_path / "coded.cgplan"
+    write_plan(plan, path)  # unsigned; its header says it needs trust
+    monkeypatch.setattr(trust, "DETAIL_BYTES", 0)  # every plan counts as large
+    monkeypatch.setattr(trust, "plan_needs", None)  # the graph's content is never looked at
+    with pytest.raises(UntrustedPlanError, match=r"(?s)plan 'coded' is not trusted here: "
+                       r"unsigned\.\nits header says it holds code .* \(refused from the "
+                       r"envelope, before reading its \d+-byte graph"):
+        cgc.load(path)
