@@ -61,7 +61,7 @@ def test_compile_says_once_whether_it_runs_here_and_explains_its_figures(compile
     _, out = compiled
     runs = [line for line in out.splitlines() if "runs here" in line]
     assert len(runs) == 1, out
-    assert runs[0] == "runs here: yes, signed by a key you trust", out
+    assert runs[0].strip() == "runs here: yes, signed by a key you trust", out
     assert "verified 2 executions (no deadlock with that many in flight)" in out
     assert "(one execution, by the compiler's cost estimates)" in out
 

@@ -108,7 +108,7 @@ def test_plan_signed_by_an_unknown_key_is_refused_until_the_key_is_trusted(
     assert f"already trusted: {fp}" in again.stdout
     shown = cgc_cli("inspect", str(path), config=config)
     assert f"signature: signed by {fp} (trusted key 'bob@lab')" in shown.stdout
-    assert "runs here without --trust" in shown.stdout
+    assert "runs here: yes, signed by a key you trust" in shown.stdout
     listed = cgc_cli("keys", "list", config=config)
     assert f"{fp} bob@lab" in listed.stdout
 
@@ -164,7 +164,7 @@ def test_compile_no_sign_and_keys_show(tmp_path):
     path = tmp_path / "u.cgplan"
     done = cgc_cli("compile", str(CHAIN), "-o", str(path), "--no-sign", config=config)
     assert done.returncode == 0, done.stderr
-    assert "signature: unsigned" in done.stdout and "runs here only with --trust" in done.stdout
+    assert "signature: unsigned" in done.stdout and "runs here: no, it holds code" in done.stdout
     assert not (config / signing.KEY_FILE).exists()  # --no-sign makes no key
     shown = cgc_cli("keys", "show", config=config)
     assert shown.returncode == 0, shown.stderr
