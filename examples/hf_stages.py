@@ -14,7 +14,7 @@ ever holds the whole model. Shared by ``hf_decode.py`` (cgc and the Ray twin),
                               prompts(spec, 1, 1, 8), 4)
 
 Why an example module and not a cgc package: it is a user's model code (as ``tinygpt.py``
-is), and cgc itself does not depend on ``transformers`` (the ``cgc[hf]`` extra installs it).
+is), and cgc itself does not depend on ``transformers`` (``pip install -e ".[hf]"`` in a clone installs it).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-if os.environ.get("CI"):  # CI installs cgc[hf]: a missing transformers is a failure there
+if os.environ.get("CI"):  # CI installs ".[test]", with hf: a missing transformers is a failure there
     import transformers
 else:
     transformers = pytest.importorskip("transformers")
