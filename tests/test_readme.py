@@ -29,3 +29,14 @@ def test_the_drop_in_snippet_runs_on_the_readmes_model(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["6", "9"]
+
+
+def test_ci_runs_the_readmes_test_commands_in_a_fresh_venv():
+    readme = (ROOT / "README.md").read_text()
+    [command] = re.findall(r"Run the tests.*?```bash\n(.*?)\n```", readme, re.S)
+    ci = [line.split("  #")[0] for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if not line.startswith("#")]
+    assert [line for line in ci if line.startswith("python3 -m venv")]
+    for part in command.split(" && "):  # each of the README's commands, verbatim, in the venv
+        assert [line for line in ci if line.endswith(part)], part
+    assert "xdist" in (ROOT / "pyproject.toml").read_text()  # -n needs pytest-xdist
