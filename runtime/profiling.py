@@ -55,7 +55,8 @@ def require_nvtx() -> Any:
         import nvtx
     except ImportError:
         raise SetupError("--nvtx needs the nvtx package in every actor's environment: "
-                         "pip install 'cgc[gpu13]' (or 'cgc[gpu12]', or nvtx)") from None
+                         "pip install nvtx (or, in a cgc clone, "
+                         "pip install -e '.[gpu13]' or -e '.[gpu12]')") from None
     return nvtx
 
 

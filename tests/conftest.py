@@ -6,11 +6,25 @@ import importlib.util
 import os
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 # Logical CPUs for the shared test cluster: actors reserve CPUs, the machine has 2 cores.
 TEST_CLUSTER_CPUS = 16
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    """Every Ray cluster of this run (its processes, pytest-xdist workers and subprocesses
+    alike) keeps its session in one temporary folder; at exit, Ray CG's named semaphores
+    of those clusters go with it (tools/bench/ray_leftovers.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "ray_leftovers", ROOT / "tools" / "bench" / "ray_leftovers.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install()
 
 
 @pytest.fixture(scope="session", autouse=True)

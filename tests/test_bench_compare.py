@@ -4,6 +4,7 @@ compares the quiet samples, and its 1000-call model file compiles."""
 
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,12 @@ def test_the_base_side_runs_the_base_commits_cgc_and_is_removed(tmp_path):
         out = subprocess.run([side.python, "-P", "-c", "import cgc; print(cgc.__file__)"],
                              cwd=tmp_path, capture_output=True, text=True, check=True)
         assert Path(out.stdout.strip()).is_relative_to(side.root)
+        # It imports the packages of the python running the tests, a venv's included (a
+        # venv made from a venv's python sees the base interpreter's site-packages only)
+        where = [side.python, "-P", "-c", "import sys; print(*sys.path, sep=chr(10))"]
+        base_path = subprocess.run(where, cwd=tmp_path, env=side.env, capture_output=True,
+                                   text=True, check=True).stdout.splitlines()
+        assert [d for d in site.getsitepackages() if d not in base_path] == []
     assert not (tmp_path / "base").exists()
     assert str(tmp_path / "base") not in _worktrees()
 

@@ -1,10 +1,12 @@
-"""Packaging: every package is installed, `cgc --help` stays light, the runtime stays
+"""Packaging: the distribution's name is not a stranger's, every package is installed,
+`cgc --help` stays light, the runtime stays
 independent of the compiler (it imports the plan contract, ``cgc.plan_schema``, only), and
 the code is ruff-clean."""
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,30 @@ def _declared() -> set[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert config["package-dir"] == MAPPING
     return set(config["packages"])
+
+
+# Distribution names on PyPI that are not this project: "cgc" is Card Games Converters, so
+# `pip install "cgc[hf]"` outside a clone installs a stranger's package.
+TAKEN_ON_PYPI = {"cgc"}
+
+
+def test_the_distribution_name_is_not_a_strangers_and_the_extras_name_it():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    name = project["name"]
+    assert name not in TAKEN_ON_PYPI
+    for extra, requirements in project["optional-dependencies"].items():
+        for req in requirements:  # an extra that asks for another extra names this project
+            head = re.match(r"[A-Za-z0-9._-]+", req)
+            assert head and head.group() not in TAKEN_ON_PYPI, (extra, req)
+    assert project["scripts"] == {"cgc": "cgc.cli.main:main"}  # the command stays cgc
+
+
+def test_no_install_line_names_the_strangers_distribution():
+    texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.py"),
+             *(ROOT / "runtime").rglob("*.py"), *(ROOT / "cgc").rglob("*.py")]
+    said = [f"{path.relative_to(ROOT)}: {m.group()}" for path in texts
+            for m in re.finditer(r"\bcgc\[\w+\]", path.read_text())]
+    assert said == []
 
 
 def test_every_package_is_listed():

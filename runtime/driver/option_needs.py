@@ -30,8 +30,8 @@ __all__ = ["check_option_needs", "missing_packages", "DASHBOARD_PACKAGES"]
 DASHBOARD_PACKAGES = ("aiohttp", "aiohttp_cors", "grpc", "opencensus", "opentelemetry",
                       "prometheus_client", "pydantic")
 
-NVTX_INSTALL = ("pip install 'cgc[gpu12]' (CUDA 12) or 'cgc[gpu13]' (CUDA 13), "
-                "or just pip install nvtx")
+NVTX_INSTALL = ("pip install nvtx (or, in a cgc clone, pip install -e '.[gpu12]' for "
+                "CUDA 12 or -e '.[gpu13]' for CUDA 13)")
 DASHBOARD_INSTALL = "pip install 'ray[default]'"
 
 

@@ -56,7 +56,7 @@ def _run_blocked(blocked: str, args: list[str], ray_tmp: Path) -> subprocess.Com
 
 
 @pytest.mark.parametrize("option, blocked, needles", [
-    ("--nvtx", "nvtx", ["needs the nvtx package", "cgc[gpu12]", "cgc[gpu13]"]),
+    ("--nvtx", "nvtx", ["needs the nvtx package", "-e '.[gpu12]'", "-e '.[gpu13]'"]),
     ("--dashboard", "aiohttp", ["needs Ray's dashboard packages", "missing here: aiohttp",
                                 "pip install 'ray[default]'"]),
 ])

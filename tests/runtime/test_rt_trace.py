@@ -109,5 +109,6 @@ def test_nvtx_without_the_package_is_a_clear_error(ray_cluster):
     if importlib.util.find_spec("nvtx") is not None:
         pytest.skip("nvtx is installed here (tests/gpu/test_gpu_nvtx.py runs it)")
     # Refused in the driver before any actor starts (issue 37), with the install line.
-    with pytest.raises(ConfigError, match=r"pip install 'cgc\[gpu12\]'"):
+    install = r"pip install nvtx \(or, in a cgc clone, pip install -e '\.\[gpu12\]'"
+    with pytest.raises(ConfigError, match=install):
         G.echo_plan().start(nvtx=True, get_timeout=30)

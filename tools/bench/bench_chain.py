@@ -259,4 +259,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    import ray_leftovers  # Ray CG's named semaphores of our Ray go at exit
+
+    ray_leftovers.install()
     sys.exit(main())

@@ -745,4 +745,7 @@ def main(argv: list[str] | None = None) -> Figures:
 
 
 if __name__ == "__main__":
+    import ray_leftovers  # Ray CG's named semaphores of our Ray go at exit
+
+    ray_leftovers.install()
     sys.exit(1 if main().failed else 0)

@@ -317,4 +317,7 @@ def _table(results: dict[str, dict[str, Result]], systems: list[str]) -> str:
 
 
 if __name__ == "__main__":
+    import ray_leftovers  # Ray CG's named semaphores of our Ray go at exit
+
+    ray_leftovers.install()
     sys.exit(main())

@@ -6,7 +6,8 @@
 
 The base side is a git worktree of ``BASE_REF`` in a temporary folder with a venv of its
 own (``venv --system-site-packages``, cgc installed editable with ``--no-deps``: Ray,
-torch and the rest are the machine's); the current side is this checkout with the python
+torch and the rest are those of the python that runs this script, its venv's included);
+the current side is this checkout with the python
 that runs this script. Both sides run the same measuring code (this checkout's
 ``tools/bench`` scripts and model files), so only cgc differs. Rounds interleave the
 sides (A B, then B A, ...) so that the noise of a shared machine hits both; absolute
@@ -41,9 +42,11 @@ import json
 import os
 import platform
 import shutil
+import site
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -119,6 +122,28 @@ def _check_installed(side: Side, cwd: Path) -> None:
             )
 
 
+def _parent_site_packages() -> list[str]:
+    """The site-packages of this python's venv (none outside a venv), in its search order."""
+    if sys.prefix == sys.base_prefix:
+        return []
+    return [p for p in site.getsitepackages() if Path(p).is_relative_to(sys.prefix)]
+
+
+def _see_parent_packages(venv: Path) -> None:
+    """Let ``venv`` import the packages of the venv running this script, when there is one.
+
+    Why: ``venv --system-site-packages`` made from a venv's python shows the *base*
+    interpreter's packages, not the venv's, so Ray, torch or protobuf could be missing or
+    other versions. A ``.pth`` file adds the venv's site-packages as plain paths (after the
+    base venv's own, before the system's); its ``.pth`` files are not run, so its editable
+    cgc stays out.
+    """
+    dirs = _parent_site_packages()
+    if dirs:
+        purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
+        Path(purelib, "_cgc_compare_parent.pth").write_text("".join(f"{d}\n" for d in dirs))
+
+
 @contextmanager
 def base_side(ref: str, tmp: Path) -> Iterator[Side]:
     """A worktree of ``ref`` and a venv with it installed; both removed on exit.
@@ -139,6 +164,7 @@ def base_side(ref: str, tmp: Path) -> Iterator[Side]:
         # (seen through --system-site-packages) install offline, in a second.
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
                         str(venv)], check=True)
+        _see_parent_packages(venv)
         py = str(venv / "bin" / "python")
         pip = [py, "-m", "pip", "install", "-q", "--no-deps", "-e", str(wt)]
         if subprocess.run([*pip, "--no-build-isolation"], cwd=tmp).returncode != 0:
