@@ -287,4 +287,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import ray_leftovers  # Ray CG's named semaphores of our Ray go at exit
+
+    ray_leftovers.install()
     main()

@@ -506,4 +506,7 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], workloads: list[str
 
 
 if __name__ == "__main__":
+    import ray_leftovers  # Ray CG's named semaphores of our Ray go at exit
+
+    ray_leftovers.install()
     main()
