@@ -24,9 +24,12 @@ input attributes that reach no output           rejected, Ray's words
 leaf nodes (no consumer, not an output)         rejected, Ray's words
 a task whose arguments are all constants        rejected, Ray's words
 an accelerator hint on the input                rejected, Ray's words
-accelerator edge between two tasks of one       rejected, Ray's words (Ray 2.60's check is
-actor (deadlock)                                a stub; ``RAY_CGRAPH_ENABLE_DETECT_DEADLOCK
-                                                =0`` turns it off, as in Ray)
+an accelerator edge the driver reads           rejected, Ray's words
+an accelerator communicator's actor without     rejected, Ray's words (the actors are asked,
+an accelerator (not a CPU communicator)         as Ray asks them)
+an accelerator edge whose readers all run on    Ray's ``AssertionError``; readers on the
+the writer's actor                              writer's actor beside others are accepted
+                                                (local readers, as in Ray 2.60)
 ``_default_communicator`` / buffer size values  rejected, Ray's words
 ==============================================  ========================================
 
@@ -38,8 +41,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +53,6 @@ COMPILED_TWICE = (
     "It is not allowed to call `experimental_compile` on the same DAG object multiple times "
     "no matter whether `teardown` is called or not. Please reuse the existing compiled DAG "
     "or create a new one.")
-# Ray logs its deadlock findings on its compiled-graph module's logger; a handler a user
-# put there sees cgc's findings too.
-_RAY_LOG = logging.getLogger("ray.dag.compiled_dag_node")
 
 
 @dataclass(frozen=True)
@@ -371,31 +369,89 @@ def _same_actor(a: Any, b: Any) -> bool:
     return a is b
 
 
-def _same_actor_accelerator_edges(tasks: list[Any], walk: _Walk) -> None:
-    """An accelerator (NCCL) edge between two tasks of one actor waits on itself: the writer
-    blocks in a send that only the same actor's later task could receive. Ray 2.60's
-    detector is a stub; the drop-in rejects such graphs with Ray's words."""
-    if os.environ.get("RAY_CGRAPH_ENABLE_DETECT_DEADLOCK", "1") != "1":
-        return
-    found = False
+def _driver_reads(tasks: list[Any], output: Any) -> None:
+    """Ray's ``_track_communicator_usage``: an accelerator edge the driver reads (the graph's
+    output) would put the driver in the communicator group."""
+    from ray.dag import MultiOutputNode
+
+    read = rp.bound_args(output) if isinstance(output, MultiOutputNode) else [output]
+    if any(_is_call(n) and accelerator_hint(n) for n in read):
+        raise ValueError("Driver cannot participate in the communicator group.")
+
+
+def _cpu_communicator(comm: Any) -> bool:
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    return isinstance(comm, CPUCommunicator)
+
+
+def _communicator_actors(tasks: list[Any], walk: _Walk, default_communicator: Any) -> list[Any]:
+    """The live actors Ray's ``_init_communicators`` asks for an accelerator, in its order:
+    a passed-in communicator's actors (a CPU communicator needs none), then the actors of
+    collectives and of P2P edges without a communicator of their own."""
+    from ray.actor import ActorHandle
+    from ray.dag import CollectiveOutputNode
+    from ray.experimental.channel.communicator import Communicator
+
+    default = default_communicator if isinstance(default_communicator, Communicator) else None
+    passed: list[Any] = []
+    created: list[Any] = []
+    for node in tasks:
+        if isinstance(node, CollectiveOutputNode):
+            if rp.output_of(node) is not None:
+                continue
+            coll = rp.collective_of(node)
+            comm = coll.hint.communicator or default
+            actors = list(coll.actors)
+        elif _is_call(node) and accelerator_hint(node):
+            hint = rp.type_hint(node)
+            comm = (hint.communicator if hint is not None else None) or default
+            actors = [rp.parent_actor(node)] + [rp.parent_actor(r)
+                                                for r in walk.consumers[id(node)] if _is_call(r)]
+        else:
+            continue
+        if comm is None:
+            created.extend(actors)
+        elif not _cpu_communicator(comm):
+            passed.extend(comm.get_actor_handles())
+    out: list[Any] = []
+    seen: set[str] = set()
+    for actor in passed + created:
+        if isinstance(actor, ActorHandle) and rp.handle_id(actor) not in seen:
+            seen.add(rp.handle_id(actor))
+            out.append(actor)
+    return out
+
+
+def _accelerators(tasks: list[Any], walk: _Walk, default_communicator: Any) -> None:
+    """Ray's ``_init_communicator``: every actor of an accelerator communicator must hold an
+    accelerator (asked of the actors in one round, as Ray asks them)."""
+    from cgc.frontend.live_actors import observe
+
+    actors = _communicator_actors(tasks, walk, default_communicator)
+    held = observe(actors, [rp.handle_class(a)[1] for a in actors], [""] * len(actors))
+    for actor, placement in zip(actors, held, strict=True):
+        if not placement.has_gpu:
+            raise ValueError(
+                f"Actor {actor} returns a tensor with type hint "
+                'TorchTensor(transport="accelerator") or '
+                "TorchTensor(transport=accelerator_group_handle) "
+                "but actor does not have an accelerator assigned by Ray.")
+
+
+def _all_readers_local(tasks: list[Any], walk: _Walk) -> None:
+    """Ray's accelerator channel: an edge whose readers all run on the writer's own actor
+    gets no accelerator channel, and Ray asserts so. Readers on the writer's actor beside
+    others are local readers (Ray hands them the value in-process): accepted."""
     for node in tasks:
         if not _is_call(node) or not accelerator_hint(node):
             continue
         actor = rp.parent_actor(node)
-        for reader in walk.consumers[id(node)]:
-            if _is_call(reader) and _same_actor(rp.parent_actor(reader), actor):
-                found = True
-                _RAY_LOG.error(
-                    "Detected a deadlock caused by using NCCL channels to transfer data "
-                    f"between the task `{rp.method_name(node)}` and its downstream method "
-                    f"`{rp.method_name(reader)}` on the same actor {actor}. Please remove "
-                    '`TorchTensorType(transport="nccl")` between DAG nodes on the same actor.')
-    if found:
-        raise ValueError(
-            "This DAG cannot be compiled because it will deadlock on accelerator calls. If "
-            "you believe this is a false positive, please disable the graph verification by "
-            "setting the environment variable RAY_CGRAPH_ENABLE_DETECT_DEADLOCK to 0 and file "
-            "an issue at https://github.com/ray-project/ray/issues/new/.")
+        readers = [r for r in walk.consumers[id(node)] if _is_call(r)]
+        if readers and all(_same_actor(rp.parent_actor(r), actor) for r in readers):
+            raise AssertionError(
+                "All readers are from the same actor. The TorchTensorType type hint is not "
+                "needed. No accelerator channel will be created.")
 
 
 @dataclass(frozen=True)
@@ -418,16 +474,19 @@ def check_ray_dag(dag: Any, default_communicator: Any = "create") -> RayDag:
     Example: ``check_ray_dag(dag).inputs.check((1,), {})``.
 
     Raises:
-        ValueError, NotImplementedError: what Ray 2.60 raises, with its message.
+        ValueError, NotImplementedError, AssertionError: what Ray 2.60 raises, with
+            its message.
     """
     root = _find_root(dag)
     tasks = _tasks(root)
     walk = _preprocess(tasks, root, default_communicator)
+    _driver_reads(tasks, dag)
     _unused_attributes(dag, root)
     _leaves(tasks, walk)
     _unreachable(tasks, walk, root, dag)
     _communicator_members(tasks, walk, default_communicator)
-    _same_actor_accelerator_edges(tasks, walk)
+    _accelerators(tasks, walk, default_communicator)
+    _all_readers_local(tasks, walk)
     if walk.direct:
         inputs = RayInputs(1, (), True)
     else:
