@@ -532,3 +532,17 @@ def test_default_communicator_values_as_rays(counter, compiled):
         dag = counter.echo.bind(inp)
     c = compiled(dag, _default_communicator=CPUCommunicator(1, [counter]))
     assert ray.get(c.execute(4)) == 4
+
+
+def test_auto_transport_hint_is_resolved_on_rays_node_after_compile(compiled):
+    from ray.experimental.channel.torch_tensor_type import TorchTensorType
+
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(transport="auto", device="cpu")
+        dag = b.echo.bind(x)
+    c = compiled(dag)
+    # Ray's resolver: actors without GPUs share tensors through host memory.
+    assert isinstance(x.type_hint, TorchTensorType)
+    assert x.type_hint.transport == "auto" and not x.type_hint.requires_accelerator()
+    assert ray.get(c.execute(5)) == 5
