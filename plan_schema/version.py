@@ -9,12 +9,13 @@ from __future__ import annotations
 __all__ = ["FORMAT_MAJOR", "FORMAT_MINOR", "CGC_VERSION", "PRODUCER", "MAGIC"]
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 6  # 1: ClassRef.pickled_class; 2: Program.wake_depth; 3: ExternalActor.placement;
+FORMAT_MINOR = 7  # 1: ClassRef.pickled_class; 2: Program.wake_depth; 3: ExternalActor.placement;
 # 4: Node.cuda_graph, Program.captured_ops; 5: Communicator.backend gone (field 2 reserved: the
 # runtime binds transports from placement). A 1.4 runtime refuses a 1.5 plan that has
 # communicators (its structure check asks for a backend); 1.5 reads 1.4 plans (the old field
 # is an unknown one, kept as is). 6: TransportHint.requested (a Ray RDT transport's name, shown
-# in the edge's reason; older runtimes ignore it).
+# in the edge's reason; older runtimes ignore it). 7: Collective.concat (Ray's allgather from a
+# Ray DAG: one tensor; a 1.6 runtime would hand its consumers the list instead).
 CGC_VERSION = "0.1.0"
 PRODUCER = f"cgc {CGC_VERSION}"
 # PNG-style magic: the high byte catches 7-bit transfers, the newline catches text-mode ones.

@@ -18,6 +18,7 @@ from cgc.plan_schema.collective import ReduceOp
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.actor.loop_state import LoopState
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
+from cgc.runtime.comm.collective import concat_rows
 from cgc.runtime.devices import move_to
 from cgc.runtime.errors import DirectReturnError, SetupError, mro_names
 from cgc.runtime.messages import input_attr
@@ -296,7 +297,8 @@ class OpCompiler(LoopState):
         # cgc.runtime.comm.collective; an upstream error on any member comes back as
         # every member's result (errors are agreed on before any device op).
         native = {pb.ALLREDUCE: lambda x: comm.allreduce(x, red),
-                  pb.ALLGATHER: comm.allgather,
+                  pb.ALLGATHER: ((lambda x: concat_rows(comm.allgather(x))) if coll.concat
+                                 else comm.allgather),
                   pb.REDUCESCATTER: lambda x: comm.reducescatter(x, red)}[kind]
         if self.transports[cdesc.id] != "cpu":
             settle = self._settler(comm, out_key, self._op_of_task(node.id))

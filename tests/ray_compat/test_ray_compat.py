@@ -546,3 +546,23 @@ def test_auto_transport_hint_is_resolved_on_rays_node_after_compile(compiled):
     assert isinstance(x.type_hint, TorchTensorType)
     assert x.type_hint.transport == "auto" and not x.type_hint.requires_accelerator()
     assert ray.get(c.execute(5)) == 5
+
+
+def test_rays_allgather_returns_the_members_tensors_concatenated(compiled):
+    """Ray's allgather gives each member one tensor, the members' concatenated along dim 0
+    (cgc.allgather gives the list); the CPU communicator stands for NCCL."""
+    import torch
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+    from ray.experimental.collective import allgather
+
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        xa, xb = a.add.bind(inp, 0), b.add.bind(inp, 10)
+        ga, gb = allgather.bind([xa, xb], transport=CPUCommunicator(2, [a, b]))
+        dag = MultiOutputNode([a.echo.bind(ga), b.echo.bind(gb)])
+    c = compiled(dag)
+    t = torch.arange(3.0).reshape(3, 1)
+    got = ray.get(c.execute(t), timeout=120)  # the actors' first torch import is slow
+    want = torch.cat([t, t + 10], dim=0)
+    assert [g.shape for g in got] == [(6, 1), (6, 1)]
+    assert all(torch.equal(g, want) for g in got)
