@@ -38,7 +38,13 @@ from typing import Any
 from cgc.errors import CompileError, UnsupportedNodeError
 from cgc.plan_schema.errors import ConfigError
 from cgc.ray_compat.auto_hints import resolve_auto_hints
-from cgc.ray_compat.checks import COMPILED_TWICE, RayDag, check_compile_args, check_ray_dag
+from cgc.ray_compat.checks import (
+    COMPILED_TWICE,
+    RayDag,
+    accelerator_hint,
+    check_compile_args,
+    check_ray_dag,
+)
 from cgc.ray_compat.errors import RayWords, to_ray_error
 from cgc.ray_compat.refs import FOREVER_S, CgcDAGFuture, CgcDAGRef
 from cgc.runtime.errors import CgcError
@@ -75,6 +81,24 @@ def _profiling() -> dict[str, Any]:
     if getattr(rc, "RAY_CGRAPH_ENABLE_NVTX_PROFILING", False):
         out["nvtx"] = True
     return out
+
+
+def _breaks_on_error(ray_dag: RayDag | None) -> bool:
+    """Whether an app error leaves the graph unusable, as in Ray 2.60: an NCCL edge with
+    ``_static_shape`` or ``_direct_return`` cannot carry the error to its reader, so Ray's
+    channel breaks and the graph is torn down (the next ``execute`` raises
+    ``RayChannelError``). Ray's CPU communicator carries it: the graph goes on."""
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    from cgc.frontend import ray_private as rp
+
+    for node in ray_dag.tasks if ray_dag is not None else ():
+        hint = rp.type_hint(node)
+        if (accelerator_hint(node) and hint is not None
+                and not isinstance(hint.communicator, CPUCommunicator)
+                and (hint.static_shape or hint.direct_return)):
+            return True
+    return False
 
 
 def compile_ray_dag(
@@ -167,6 +191,7 @@ class CompiledDAG:
         self._multi = graph.multi_output
         self._get_timeout = graph.get_timeout
         self._torn_down = False
+        self._breaks_on_error = _breaks_on_error(ray_dag)
         # As Ray's ray.shutdown() does with its compiled graphs' actors (kill_actors=True).
         graph.kill_with_session(list(plan.live_handles.values()))
 
@@ -221,6 +246,13 @@ class CompiledDAG:
     # ------------------------------------------------------------------ Ray's accounting
     def _note(self, book: dict[int, set[int | None]], e: int, ch: int | None) -> None:
         book.setdefault(e, set()).add(ch)
+
+    def _app_error(self) -> None:
+        """An execution's app error was returned: with a static-shape or direct-return
+        accelerator edge, Ray's graph is broken from then on (its next ``execute`` raises
+        ``RayChannelError``), so this one is torn down; cgc's own API keeps serving."""
+        if self._breaks_on_error:
+            self.teardown()
 
     def _after_get(self) -> None:
         """As Ray after a get: free executions at the head whose refs were all dropped."""

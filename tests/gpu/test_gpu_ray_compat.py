@@ -68,3 +68,12 @@ def test_overlap_flag_on_live_gpu_actors(transport, flag):
 
 def test_torch_tensor_type_hint_on_live_gpu_actors(transport):
     _check(progs.run_tensor_type_hint(0.5), transport)
+
+
+@pytest.mark.parametrize("flags", [{"_direct_return": True}, {"_static_shape": True}, {}],
+                         ids=["direct_return", "static_shape", "plain"])
+def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(transport, flags):
+    """Ray 2.60: the task's error, then (static shape, direct return) RayChannelError."""
+    rep = progs.run_nccl_error(0.5, flags)
+    assert rep.outputs == rep.reference
+    assert rep.alive_after

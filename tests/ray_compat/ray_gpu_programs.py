@@ -51,6 +51,12 @@ class Stage:
         """The stage's result for the driver, and where the input tensor arrived."""
         return self.fwd(t).cpu().tolist(), t.device.type
 
+    def fwd_checked(self, x: Any) -> torch.Tensor:
+        """``fwd``, raising for an input whose first element is 99."""
+        if x[0] == 99:
+            raise ValueError("input 99 refused")
+        return self.fwd(x)
+
     def value(self, t: torch.Tensor) -> list[float]:
         """The stage's result alone (where the input arrived depends on what the actor
         sees: Ray hides no GPU from an actor that asked for none)."""
@@ -251,6 +257,41 @@ def run_tensor_type_hint(num_gpus: float) -> Report:
     return rep
 
 
+def run_nccl_error(num_gpus: float, flags: dict[str, bool]) -> Report:
+    """An app error in the writer of an NCCL edge: Ray 2.60 raises the task error, then,
+    with ``_static_shape`` or ``_direct_return`` (the error cannot cross the edge), the
+    graph is torn down and the next ``execute`` raises ``RayChannelError``; without them
+    the graph goes on. ``outputs``: what each of three executions gave."""
+    from ray.exceptions import RayChannelError, RayTaskError
+
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        dag = b.value.bind(a.fwd_checked.bind(inp).with_tensor_transport("nccl", **flags))
+    compiled = dag.experimental_compile()
+    rep = Report()
+    try:
+        for x in (INPUTS[0], [99] * WIDTH, INPUTS[1]):
+            try:
+                ray.get(compiled.execute(x), timeout=120)
+                rep.outputs.append("ok")
+            except RayTaskError as exc:
+                rep.outputs.append(f"RayTaskError({type(exc.cause).__name__})")
+            except RayChannelError:
+                rep.outputs.append("RayChannelError")
+    finally:
+        compiled.teardown()
+    try:
+        rep.alive_after = ray.get([h.ping.remote() for h in (a, b)], timeout=60) == [
+            "alive"] * 2
+    finally:
+        for h in (a, b):
+            ray.kill(h)
+    broken = bool(flags)
+    rep.reference = ["ok", "RayTaskError(ValueError)", "RayChannelError" if broken else "ok"]
+    return rep
+
+
 PROGRAMS = {
     "nccl_pipeline_half": lambda: run_nccl_pipeline(0.5),
     "nccl_pipeline_one": lambda: run_nccl_pipeline(1),
@@ -260,4 +301,7 @@ PROGRAMS = {
     "overlap_on": lambda: run_overlap(0.5, True),
     "overlap_off": lambda: run_overlap(0.5, False),
     "tensor_type_hint": lambda: run_tensor_type_hint(0.5),
+    "nccl_error_direct_return": lambda: run_nccl_error(0.5, {"_direct_return": True}),
+    "nccl_error_static_shape": lambda: run_nccl_error(0.5, {"_static_shape": True}),
+    "nccl_error_plain": lambda: run_nccl_error(0.5, {}),
 }

@@ -102,3 +102,11 @@ def test_torch_tensor_type_hint(reports):
     rep = report(reports, "tensor_type_hint")
     exact(rep)
     assert rep["channels"][1] == "stage0->stage1:nccl"
+
+
+@pytest.mark.parametrize("name", ["nccl_error_direct_return", "nccl_error_static_shape",
+                                  "nccl_error_plain"])
+def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(reports, name):
+    """Ray 2.60: an app error in an NCCL edge's writer is the task's error; with
+    _static_shape or _direct_return the graph is then torn down (RayChannelError next)."""
+    exact(report(reports, name))

@@ -566,3 +566,25 @@ def test_rays_allgather_returns_the_members_tensors_concatenated(compiled):
     want = torch.cat([t, t + 10], dim=0)
     assert [g.shape for g in got] == [(6, 1), (6, 1)]
     assert all(torch.equal(g, want) for g in got)
+
+
+@pytest.mark.parametrize("flags", [{"_direct_return": True}, {"_static_shape": True}, {}])
+def test_app_error_on_a_cpu_communicator_edge_leaves_the_graph_usable_as_in_ray(
+        compiled, flags):
+    """Ray 2.60's CPU communicator carries a task's error even on a static-shape or
+    direct-return edge (checked on Ray itself): the graph goes on. (An NCCL edge breaks:
+    test_compat_gpu_actors.py, with logical GPUs.)"""
+    import torch
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.check.bind(inp).with_tensor_transport(transport=CPUCommunicator(2, [a, b]),
+                                                    **flags)
+        dag = b.echo.bind(x)
+    c = compiled(dag)
+    assert ray.get(c.execute(torch.tensor([1.0])), timeout=120) == torch.tensor([1.0])
+    with pytest.raises(RayTaskError) as info:
+        ray.get(c.execute(torch.tensor([-1.0])), timeout=60)
+    assert isinstance(info.value, AppError)
+    assert ray.get(c.execute(torch.tensor([2.0])), timeout=60) == torch.tensor([2.0])
