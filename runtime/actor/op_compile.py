@@ -9,6 +9,7 @@ Example: ``ops = loop._compile(loop.program.ops, False)``; then ``for op in ops:
 
 from __future__ import annotations
 
+import reprlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -279,7 +280,8 @@ class OpCompiler(LoopState):
                 if type(v) is not ev_type and not _is_tensor(v):
                     tab[outs[i]] = self._error(DirectReturnError(
                         f"{node.name} ({type(self.obj).__qualname__}.{method}) returned "
-                        f"{_what(v)} as output {i}, but the plan declares that edge "
+                        f"{_what(v)} (`{reprlib.repr(v)}`) as output {i}, but the plan "
+                        "declares that edge "
                         "direct_return: exactly one tensor (a torch.Tensor or a numpy array), "
                         "never wrapped; return one tensor or drop _direct_return"), method, off)
         return do_compute

@@ -77,3 +77,8 @@ def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(transport, flags):
     rep = progs.run_nccl_error(0.5, flags)
     assert rep.outputs == rep.reference
     assert rep.alive_after
+
+
+def test_a_broken_direct_return_is_rays_value_error_then_the_graph_is_down(transport):
+    rep = progs.run_direct_return_broken(0.5)
+    assert rep.outputs == rep.reference

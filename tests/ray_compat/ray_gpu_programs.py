@@ -57,6 +57,10 @@ class Stage:
             raise ValueError("input 99 refused")
         return self.fwd(x)
 
+    def fwd_or_int(self, x: Any) -> Any:
+        """``fwd``, or the int 1 for an input whose first element is 99."""
+        return 1 if x[0] == 99 else self.fwd(x)
+
     def value(self, t: torch.Tensor) -> list[float]:
         """The stage's result alone (where the input arrived depends on what the actor
         sees: Ray hides no GPU from an actor that asked for none)."""
@@ -257,6 +261,38 @@ def run_tensor_type_hint(num_gpus: float) -> Report:
     return rep
 
 
+def run_direct_return_broken(num_gpus: float) -> Report:
+    """A ``_direct_return`` NCCL edge given an int: Ray 2.60's ValueError (its words), then
+    the graph is torn down (``RayChannelError``)."""
+    from ray.exceptions import RayChannelError
+
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        dag = b.value.bind(a.fwd_or_int.bind(inp).with_tensor_transport(
+            "nccl", _direct_return=True))
+    compiled = dag.experimental_compile()
+    rep = Report()
+    try:
+        for x in (INPUTS[0], [99] * WIDTH, INPUTS[1]):
+            try:
+                ray.get(compiled.execute(x), timeout=120)
+                rep.outputs.append("ok")
+            except RayChannelError:
+                rep.outputs.append("RayChannelError")
+            except ValueError as exc:
+                rep.outputs.append(f"ValueError: {exc}")
+    finally:
+        compiled.teardown()
+    for h in (a, b):
+        ray.kill(h)
+    rep.alive_after = True
+    rep.reference = ["ok", "ValueError: Task annotated with _direct_return=True must return "
+                     "a CUDA torch.Tensor, instead found value `1`. DAG will shut down.",
+                     "RayChannelError"]
+    return rep
+
+
 def run_nccl_error(num_gpus: float, flags: dict[str, bool]) -> Report:
     """An app error in the writer of an NCCL edge: Ray 2.60 raises the task error, then,
     with ``_static_shape`` or ``_direct_return`` (the error cannot cross the edge), the
@@ -304,4 +340,5 @@ PROGRAMS = {
     "nccl_error_direct_return": lambda: run_nccl_error(0.5, {"_direct_return": True}),
     "nccl_error_static_shape": lambda: run_nccl_error(0.5, {"_static_shape": True}),
     "nccl_error_plain": lambda: run_nccl_error(0.5, {}),
+    "direct_return_broken": lambda: run_direct_return_broken(0.5),
 }

@@ -105,8 +105,9 @@ def test_torch_tensor_type_hint(reports):
 
 
 @pytest.mark.parametrize("name", ["nccl_error_direct_return", "nccl_error_static_shape",
-                                  "nccl_error_plain"])
+                                  "nccl_error_plain", "direct_return_broken"])
 def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(reports, name):
     """Ray 2.60: an app error in an NCCL edge's writer is the task's error; with
-    _static_shape or _direct_return the graph is then torn down (RayChannelError next)."""
+    _static_shape or _direct_return the graph is then torn down (RayChannelError next). A
+    non-tensor on a _direct_return edge is Ray's ValueError, in its words."""
     exact(report(reports, name))
