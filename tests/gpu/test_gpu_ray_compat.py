@@ -82,3 +82,8 @@ def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(transport, flags):
 def test_a_broken_direct_return_is_rays_value_error_then_the_graph_is_down(transport):
     rep = progs.run_direct_return_broken(0.5)
     assert rep.outputs == rep.reference
+
+
+def test_auto_hints_show_rays_resolved_type_after_compile(transport):
+    rep = progs.run_auto_resolved(0.5)  # one shared GPU: Ray resolves to host memory
+    assert rep.outputs == rep.reference

@@ -230,6 +230,33 @@ def run_auto_transport(num_gpus: float) -> Report:
     return rep
 
 
+def run_auto_resolved(num_gpus: float) -> Report:
+    """Ray's ``auto`` hints after compile: each node's ``type_hint`` is the resolved
+    ``TorchTensorType``; ``outputs``: [class name, transport] of the edge between the two
+    GPU actors and of the edge to the driver (Ray: "accelerator" between different GPUs,
+    "auto" on one shared GPU and towards the driver)."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        t = a.fwd.bind(inp).with_tensor_transport(transport="auto")
+        to_driver = b.fwd.bind(inp).with_tensor_transport(transport="auto")
+        dag = MultiOutputNode([b.value.bind(t), to_driver])
+    compiled = dag.experimental_compile()
+    rep = Report()
+    try:
+        rep.outputs = [[type(n.type_hint).__name__, n.type_hint.transport]
+                       for n in (t, to_driver)]
+        ray.get(compiled.execute(INPUTS[0]), timeout=120)
+    finally:
+        compiled.teardown()
+    for h in (a, b):
+        ray.kill(h)
+    rep.alive_after = True
+    between = "accelerator" if num_gpus == 1 else "auto"
+    rep.reference = [["TorchTensorType", between], ["TorchTensorType", "auto"]]
+    return rep
+
+
 def run_overlap(num_gpus: float, overlap: bool) -> Report:
     """A three-stage NCCL pipeline compiled with ``_overlap_gpu_communication``."""
     S = ray.remote(num_gpus=num_gpus)(Stage)
@@ -341,4 +368,6 @@ PROGRAMS = {
     "nccl_error_static_shape": lambda: run_nccl_error(0.5, {"_static_shape": True}),
     "nccl_error_plain": lambda: run_nccl_error(0.5, {}),
     "direct_return_broken": lambda: run_direct_return_broken(0.5),
+    "auto_resolved_one": lambda: run_auto_resolved(1),
+    "auto_resolved_half": lambda: run_auto_resolved(0.5),
 }

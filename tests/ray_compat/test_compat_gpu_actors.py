@@ -111,3 +111,10 @@ def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(reports, name):
     _static_shape or _direct_return the graph is then torn down (RayChannelError next). A
     non-tensor on a _direct_return edge is Ray's ValueError, in its words."""
     exact(report(reports, name))
+
+
+@pytest.mark.parametrize("name", ["auto_resolved_one", "auto_resolved_half"])
+def test_auto_hints_show_rays_resolved_type_after_compile(reports, name):
+    """Ray's test_torch_tensor_auto: "accelerator" between actors on different GPUs, "auto"
+    (host memory) on a shared GPU and towards the driver."""
+    exact(report(reports, name))
