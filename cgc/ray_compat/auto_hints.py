@@ -4,6 +4,10 @@ leaves them: each node's ``type_hint`` becomes the ``TorchTensorType`` Ray's own
 between actors on different GPUs, host memory otherwise). cgc chose the edge's transport
 itself when it compiled; this only shows a program what Ray would show it.
 
+The resolution is made where Ray makes it (before its communicator checks, which then
+cover an ``auto`` edge resolved to the accelerator) and applied to the nodes once cgc has
+compiled the graph: cgc compiles the user's ``auto`` hint (CUDA IPC on a shared GPU).
+
 Example::
 
     compiled = dag.experimental_compile()
@@ -16,7 +20,7 @@ from typing import Any
 
 from cgc.frontend import ray_private as rp
 
-__all__ = ["resolve_auto_hints"]
+__all__ = ["resolve_auto_hints", "apply_auto_hints"]
 
 
 def _auto_writers(tasks: tuple[Any, ...]) -> list[Any]:
@@ -44,11 +48,12 @@ def _readers(node: Any, output: Any) -> list[Any]:
     return readers
 
 
-def resolve_auto_hints(tasks: tuple[Any, ...], output: Any) -> None:
-    """Set every live actor call's ``auto`` hint among ``tasks`` to Ray's resolved
-    ``TorchTensorType`` (the actors are asked what they hold, in one round).
+def resolve_auto_hints(tasks: tuple[Any, ...], output: Any) -> list[tuple[Any, Any, list[Any]]]:
+    """Ray's resolution of every live actor call's ``auto`` hint among ``tasks`` (the
+    actors are asked what they hold, in one round), without changing the nodes: a list of
+    (node, resolved ``TorchTensorType``, reader actors; None: the driver).
 
-    Example: ``resolve_auto_hints(ray_dag.tasks, ray_dag.output)``.
+    Example: ``for node, hint, readers in resolve_auto_hints(ray_dag.tasks, ray_dag.output)``.
 
     Raises:
         cgc.CompileError: an actor did not say what it holds (``live_actors.observe``).
@@ -59,7 +64,7 @@ def resolve_auto_hints(tasks: tuple[Any, ...], output: Any) -> None:
 
     writers = _auto_writers(tasks)
     if not writers:
-        return
+        return []
     actors: dict[str, Any] = {}
     for node in writers:
         for actor in [rp.parent_actor(node), *_readers(node, output)]:
@@ -74,6 +79,22 @@ def resolve_auto_hints(tasks: tuple[Any, ...], output: Any) -> None:
         return (actor, nodes[rp.handle_id(actor)] if actor is not None else "")
 
     resolver = TypeHintResolver(gpu_ids)
+    out = []
     for node in writers:
-        node.type_hint = resolver.resolve(node.type_hint, located(rp.parent_actor(node)),
-                                          [located(r) for r in _readers(node, output)])
+        readers = _readers(node, output)
+        hint = resolver.resolve(node.type_hint, located(rp.parent_actor(node)),
+                                [located(r) for r in readers])
+        out.append((node, hint, readers))
+    return out
+
+
+def apply_auto_hints(resolved: list[tuple[Any, Any, list[Any]]]) -> None:
+    """Set each node's ``type_hint`` to its resolved hint, as Ray leaves it after compile.
+
+    Example: ``apply_auto_hints(ray_dag.auto)``.
+
+    Raises:
+        Nothing.
+    """
+    for node, hint, _ in resolved:
+        node.type_hint = hint

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgc.frontend import ray_private as rp
+from cgc.ray_compat.auto_hints import resolve_auto_hints
 
 __all__ = ["RayInputs", "RayDag", "check_ray_dag", "check_compile_args", "accelerator_hint",
            "COMPILED_TWICE"]
@@ -423,12 +424,46 @@ def _communicator_actors(tasks: list[Any], walk: _Walk, default_communicator: An
     return out
 
 
-def _accelerators(tasks: list[Any], walk: _Walk, default_communicator: Any) -> None:
+def _auto_communicators(resolved: list[tuple[Any, Any, list[Any]]],
+                        default_communicator: Any) -> list[Any]:
+    """Ray's ``_track_communicator_usage`` for ``auto`` edges it resolved to the
+    accelerator; returns their actors for the accelerator check."""
+    from ray.experimental.channel.communicator import Communicator
+
+    actors: list[Any] = []
+    for node, hint, readers in resolved:
+        if not hint.requires_accelerator():
+            continue
+        group = [rp.parent_actor(node), *readers]
+        if default_communicator is None:
+            raise ValueError(
+                f"with_tensor_transport(transport='auto') is used for DAGNode {node}, This "
+                "requires specifying a default communicator or 'create' for "
+                "_default_communicator when calling experimental_compile().")
+        if isinstance(default_communicator, Communicator):
+            if not _handles(group) <= _handles(default_communicator.get_actor_handles()):
+                raise ValueError(
+                    "The passed-in communicator must include all of the actors used in the "
+                    "P2P operation. The passed-in communicator has actors "
+                    f"{default_communicator.get_actor_handles()} while the P2P operation "
+                    f"has actors {set(group)}.")
+            continue
+        actors.extend(group)
+    return actors
+
+
+def _accelerators(tasks: list[Any], walk: _Walk, default_communicator: Any,
+                  more: list[Any]) -> None:
     """Ray's ``_init_communicator``: every actor of an accelerator communicator must hold an
     accelerator (asked of the actors in one round, as Ray asks them)."""
     from cgc.frontend.live_actors import observe
 
     actors = _communicator_actors(tasks, walk, default_communicator)
+    seen = {rp.handle_id(a) for a in actors}
+    for actor in more:
+        if rp.handle_id(actor) not in seen:
+            seen.add(rp.handle_id(actor))
+            actors.append(actor)
     held = observe(actors, [rp.handle_class(a)[1] for a in actors], [""] * len(actors))
     for actor, placement in zip(actors, held, strict=True):
         if not placement.has_gpu:
@@ -456,12 +491,14 @@ def _all_readers_local(tasks: list[Any], walk: _Walk) -> None:
 
 @dataclass(frozen=True)
 class RayDag:
-    """What Ray's checks learned of a DAG: ``inputs`` (its input signature) and ``tasks``
-    (its nodes in Ray's task order; ``output`` is the node compiled)."""
+    """What Ray's checks learned of a DAG: ``inputs`` (its input signature), ``tasks``
+    (its nodes in Ray's task order; ``output`` is the node compiled) and ``auto`` (Ray's
+    resolution of its ``auto`` hints, applied to the nodes after compile)."""
 
     inputs: RayInputs
     tasks: tuple[Any, ...]
     output: Any
+    auto: tuple[tuple[Any, Any, list[Any]], ...] = ()  # resolved auto hints (auto_hints)
 
 
 def check_ray_dag(dag: Any, default_communicator: Any = "create") -> RayDag:
@@ -485,7 +522,9 @@ def check_ray_dag(dag: Any, default_communicator: Any = "create") -> RayDag:
     _leaves(tasks, walk)
     _unreachable(tasks, walk, root, dag)
     _communicator_members(tasks, walk, default_communicator)
-    _accelerators(tasks, walk, default_communicator)
+    auto = resolve_auto_hints(tuple(tasks), dag)
+    _accelerators(tasks, walk, default_communicator,
+                  _auto_communicators(auto, default_communicator))
     _all_readers_local(tasks, walk)
     if walk.direct:
         inputs = RayInputs(1, (), True)
@@ -494,4 +533,5 @@ def check_ray_dag(dag: Any, default_communicator: Any = "create") -> RayDag:
         inputs = RayInputs(positional, tuple(sorted(walk.keywords)), False)
     from ray.dag import ClassNode
 
-    return RayDag(inputs, tuple(t for t in tasks if not isinstance(t, ClassNode)), dag)
+    return RayDag(inputs, tuple(t for t in tasks if not isinstance(t, ClassNode)), dag,
+                  tuple(auto))

@@ -37,7 +37,7 @@ from typing import Any
 
 from cgc.errors import CompileError, UnsupportedNodeError
 from cgc.plan_schema.errors import ConfigError
-from cgc.ray_compat.auto_hints import resolve_auto_hints
+from cgc.ray_compat.auto_hints import apply_auto_hints
 from cgc.ray_compat.checks import (
     COMPILED_TWICE,
     RayDag,
@@ -146,7 +146,7 @@ def compile_ray_dag(
         raise
     except (CompileError, ConfigError) as exc:
         raise ValueError(str(exc)) from exc
-    resolve_auto_hints(ray_dag.tasks, dag)  # Ray's nodes show the transport Ray would pick
+    apply_auto_hints(list(ray_dag.auto))  # Ray's nodes show the transport Ray picked
     submit_s = ctx.submit_timeout if _submit_timeout is None else _submit_timeout
     try:
         graph = plan.start(

@@ -257,6 +257,30 @@ def run_auto_resolved(num_gpus: float) -> Report:
     return rep
 
 
+def run_auto_needs_communicator(num_gpus: float) -> Report:
+    """An ``auto`` edge Ray resolves to the accelerator (two actors on different GPUs) with
+    ``_default_communicator=None``: Ray's ValueError, in its words."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        dag = b.value.bind(a.fwd.bind(inp).with_tensor_transport(transport="auto"))
+    rep = Report()
+    try:
+        dag.experimental_compile(_default_communicator=None).teardown()
+        rep.outputs = ["compiled"]
+    except ValueError as exc:
+        rep.outputs = [str(exc).startswith("with_tensor_transport(transport='auto') is used "
+                                           "for DAGNode "),
+                       str(exc).endswith(", This requires specifying a default communicator "
+                                         "or 'create' for _default_communicator when calling "
+                                         "experimental_compile().")]
+    for h in (a, b):
+        ray.kill(h)
+    rep.alive_after = True
+    rep.reference = [True, True] if num_gpus == 1 else ["compiled"]
+    return rep
+
+
 def run_overlap(num_gpus: float, overlap: bool) -> Report:
     """A three-stage NCCL pipeline compiled with ``_overlap_gpu_communication``."""
     S = ray.remote(num_gpus=num_gpus)(Stage)
@@ -370,4 +394,6 @@ PROGRAMS = {
     "direct_return_broken": lambda: run_direct_return_broken(0.5),
     "auto_resolved_one": lambda: run_auto_resolved(1),
     "auto_resolved_half": lambda: run_auto_resolved(0.5),
+    "auto_needs_communicator_one": lambda: run_auto_needs_communicator(1),
+    "auto_needs_communicator_half": lambda: run_auto_needs_communicator(0.5),
 }

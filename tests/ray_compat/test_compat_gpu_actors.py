@@ -118,3 +118,11 @@ def test_auto_hints_show_rays_resolved_type_after_compile(reports, name):
     """Ray's test_torch_tensor_auto: "accelerator" between actors on different GPUs, "auto"
     (host memory) on a shared GPU and towards the driver."""
     exact(report(reports, name))
+
+
+@pytest.mark.parametrize("name", ["auto_needs_communicator_one",
+                                  "auto_needs_communicator_half"])
+def test_auto_edge_resolved_to_the_accelerator_needs_a_communicator_as_in_ray(reports, name):
+    """_default_communicator=None refuses an auto edge between different GPUs (Ray's words);
+    on a shared GPU Ray resolves to host memory, and it compiles."""
+    exact(report(reports, name))
