@@ -132,7 +132,10 @@ def compile_ray_dag(
     dag.is_cgraph_output_node = True  # as Ray: even a failed compile uses the node up
     ctx = DAGContext.get_current()
     check_compile_args(_buffer_size_bytes or ctx.buffer_size_bytes, _default_communicator)
-    ray_dag = check_ray_dag(dag, default_communicator=_default_communicator)
+    try:
+        ray_dag = check_ray_dag(dag, default_communicator=_default_communicator)
+    except CompileError as exc:  # a live actor that cannot say what it holds (cgc's words)
+        raise ValueError(str(exc)) from exc
     capacity = _max_inflight_executions or ctx.max_inflight_executions
     overlap = _overlap_gpu_communication
     if overlap is None:
