@@ -15,8 +15,11 @@ FORMAT_MINOR = 7  # 1: ClassRef.pickled_class; 2: Program.wake_depth; 3: Externa
 # communicators (its structure check asks for a backend); 1.5 reads 1.4 plans (the old field
 # is an unknown one, kept as is). 6: TransportHint.requested (a Ray RDT transport's name, shown
 # in the edge's reason; older runtimes ignore it). 7: Graph.weight_syncs, Lowered.transfers (a
-# weight sync's transfer plan); 1.7 reads older plans (no syncs); a 1.6 runtime refuses a 1.7
-# plan with a sync at start (its actors have no method "cgc.sync.send").
+# weight sync's transfer plan); Collective.concat (Ray's allgather from a Ray DAG: one tensor).
+# 1.7 reads older plans (no syncs, no concat); a 1.6 runtime refuses a 1.7 plan with a sync at
+# start (its actors have no method "cgc.sync.send"), but would hand a concat allgather's
+# consumers the list instead of one tensor (concat is set only by the Ray drop-in, which
+# compiles and runs in one process, one version).
 CGC_VERSION = "0.1.0"
 PRODUCER = f"cgc {CGC_VERSION}"
 # PNG-style magic: the high byte catches 7-bit transfers, the newline catches text-mode ones.

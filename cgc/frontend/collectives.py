@@ -36,8 +36,10 @@ class CollectiveGroup:
         transport: Any,
         loc: RawLoc,
         inputs: list[list[Any]],
+        concat: bool = False,
     ) -> None:
         self.kind = kind  # "allreduce" | "allgather" | "reducescatter"
+        self.concat = concat  # allgather: one value, the members' concatenated (Ray's)
         self.op = op
         self.transport = transport
         self.loc = loc

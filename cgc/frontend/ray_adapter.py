@@ -276,16 +276,6 @@ class _Converter:
         bucketed allreduce, which becomes one collective per bucket: Ray flattens the
         buckets into one allreduce, and every element is reduced over the same members)."""
         op = rp.collective_of(n)
-        if op.kind == "allgather":
-            # Ray's allgather returns one tensor (the members' tensors concatenated along
-            # dim 0); cgc's returns the list of them: the drop-in cannot keep Ray's value.
-            raise UnsupportedNodeError(
-                f"{loc.short()}: ray.experimental.collective.allgather: Ray returns one "
-                "tensor (the members' tensors concatenated along dim 0) and cgc's allgather "
-                "returns the list of the members' tensors, so the drop-in cannot keep Ray's "
-                "result; use cgc.allgather and torch.cat(parts) in the consumer",
-                method="allgather", loc=loc.short(),
-            )
         parent = rp.parent_actor(n)
         rank = next(i for i, h in enumerate(op.actors) if h is parent or h == parent)
         red = ReduceOp[op.reduce_op] if op.reduce_op else None
@@ -293,8 +283,10 @@ class _Converter:
         for bucket, arg in enumerate(args):
             grp = self.groups.get((op.key, bucket))
             if grp is None:
+                # Ray's allgather returns one tensor, the members' concatenated along
+                # dim 0 (cgc.allgather returns the list): the plan asks for Ray's.
                 grp = CollectiveGroup(op.kind, red, _transport(op.hint, collective=True),
-                                      loc, [])
+                                      loc, [], concat=op.kind == "allgather")
                 self.groups[(op.key, bucket)] = grp
             member = CollectiveNode(grp, rank, actor, [arg])
             grp.members.append(member)

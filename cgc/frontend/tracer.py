@@ -252,7 +252,7 @@ class _Tracer:
         return encoded
 
     def _collective(self, g: pb.Graph, cid: int, grp: Any) -> None:
-        c = g.collectives.add(id=cid, kind=_KINDS[grp.kind])
+        c = g.collectives.add(id=cid, kind=_KINDS[grp.kind], concat=grp.concat)
         if grp.op is not None:
             # cgc's ReduceOp is the plan's enum (cgc.plan_schema.collective)
             c.reduce_op = ReduceOp(grp.op).value

@@ -24,9 +24,12 @@ input attributes that reach no output           rejected, Ray's words
 leaf nodes (no consumer, not an output)         rejected, Ray's words
 a task whose arguments are all constants        rejected, Ray's words
 an accelerator hint on the input                rejected, Ray's words
-accelerator edge between two tasks of one       rejected, Ray's words (Ray 2.60's check is
-actor (deadlock)                                a stub; ``RAY_CGRAPH_ENABLE_DETECT_DEADLOCK
-                                                =0`` turns it off, as in Ray)
+an accelerator edge the driver reads           rejected, Ray's words
+an accelerator communicator's actor without     rejected, Ray's words (the actors are asked,
+an accelerator (not a CPU communicator)         as Ray asks them)
+an accelerator edge whose readers all run on    Ray's ``AssertionError``; readers on the
+the writer's actor                              writer's actor beside others are accepted
+                                                (local readers, as in Ray 2.60)
 ``_default_communicator`` / buffer size values  rejected, Ray's words
 ==============================================  ========================================
 
@@ -38,12 +41,11 @@ Example::
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from cgc.frontend import ray_private as rp
+from cgc.ray_compat.auto_hints import resolve_auto_hints
 
 __all__ = ["RayInputs", "RayDag", "check_ray_dag", "check_compile_args", "accelerator_hint",
            "COMPILED_TWICE"]
@@ -52,9 +54,6 @@ COMPILED_TWICE = (
     "It is not allowed to call `experimental_compile` on the same DAG object multiple times "
     "no matter whether `teardown` is called or not. Please reuse the existing compiled DAG "
     "or create a new one.")
-# Ray logs its deadlock findings on its compiled-graph module's logger; a handler a user
-# put there sees cgc's findings too.
-_RAY_LOG = logging.getLogger("ray.dag.compiled_dag_node")
 
 
 @dataclass(frozen=True)
@@ -371,41 +370,135 @@ def _same_actor(a: Any, b: Any) -> bool:
     return a is b
 
 
-def _same_actor_accelerator_edges(tasks: list[Any], walk: _Walk) -> None:
-    """An accelerator (NCCL) edge between two tasks of one actor waits on itself: the writer
-    blocks in a send that only the same actor's later task could receive. Ray 2.60's
-    detector is a stub; the drop-in rejects such graphs with Ray's words."""
-    if os.environ.get("RAY_CGRAPH_ENABLE_DETECT_DEADLOCK", "1") != "1":
-        return
-    found = False
+def _driver_reads(tasks: list[Any], output: Any) -> None:
+    """Ray's ``_track_communicator_usage``: an accelerator edge the driver reads (the graph's
+    output) would put the driver in the communicator group."""
+    from ray.dag import MultiOutputNode
+
+    read = rp.bound_args(output) if isinstance(output, MultiOutputNode) else [output]
+    if any(_is_call(n) and accelerator_hint(n) for n in read):
+        raise ValueError("Driver cannot participate in the communicator group.")
+
+
+def _cpu_communicator(comm: Any) -> bool:
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    return isinstance(comm, CPUCommunicator)
+
+
+def _communicator_actors(tasks: list[Any], walk: _Walk, default_communicator: Any) -> list[Any]:
+    """The live actors Ray's ``_init_communicators`` asks for an accelerator, in its order:
+    a passed-in communicator's actors (a CPU communicator needs none), then the actors of
+    collectives and of P2P edges without a communicator of their own."""
+    from ray.actor import ActorHandle
+    from ray.dag import CollectiveOutputNode
+    from ray.experimental.channel.communicator import Communicator
+
+    default = default_communicator if isinstance(default_communicator, Communicator) else None
+    passed: list[Any] = []
+    created: list[Any] = []
+    for node in tasks:
+        if isinstance(node, CollectiveOutputNode):
+            if rp.output_of(node) is not None:
+                continue
+            coll = rp.collective_of(node)
+            comm = coll.hint.communicator or default
+            actors = list(coll.actors)
+        elif _is_call(node) and accelerator_hint(node):
+            hint = rp.type_hint(node)
+            comm = (hint.communicator if hint is not None else None) or default
+            actors = [rp.parent_actor(node)] + [rp.parent_actor(r)
+                                                for r in walk.consumers[id(node)] if _is_call(r)]
+        else:
+            continue
+        if comm is None:
+            created.extend(actors)
+        elif not _cpu_communicator(comm):
+            passed.extend(comm.get_actor_handles())
+    out: list[Any] = []
+    seen: set[str] = set()
+    for actor in passed + created:
+        if isinstance(actor, ActorHandle) and rp.handle_id(actor) not in seen:
+            seen.add(rp.handle_id(actor))
+            out.append(actor)
+    return out
+
+
+def _auto_communicators(resolved: list[tuple[Any, Any, list[Any]]],
+                        default_communicator: Any) -> list[Any]:
+    """Ray's ``_track_communicator_usage`` for ``auto`` edges it resolved to the
+    accelerator; returns their actors for the accelerator check."""
+    from ray.experimental.channel.communicator import Communicator
+
+    actors: list[Any] = []
+    for node, hint, readers in resolved:
+        if not hint.requires_accelerator():
+            continue
+        group = [rp.parent_actor(node), *readers]
+        if default_communicator is None:
+            raise ValueError(
+                f"with_tensor_transport(transport='auto') is used for DAGNode {node}, This "
+                "requires specifying a default communicator or 'create' for "
+                "_default_communicator when calling experimental_compile().")
+        if isinstance(default_communicator, Communicator):
+            if not _handles(group) <= _handles(default_communicator.get_actor_handles()):
+                raise ValueError(
+                    "The passed-in communicator must include all of the actors used in the "
+                    "P2P operation. The passed-in communicator has actors "
+                    f"{default_communicator.get_actor_handles()} while the P2P operation "
+                    f"has actors {set(group)}.")
+            continue
+        actors.extend(group)
+    return actors
+
+
+def _accelerators(tasks: list[Any], walk: _Walk, default_communicator: Any,
+                  more: list[Any]) -> None:
+    """Ray's ``_init_communicator``: every actor of an accelerator communicator must hold an
+    accelerator (asked of the actors in one round, as Ray asks them)."""
+    from cgc.frontend.live_actors import observe
+
+    actors = _communicator_actors(tasks, walk, default_communicator)
+    seen = {rp.handle_id(a) for a in actors}
+    for actor in more:
+        if rp.handle_id(actor) not in seen:
+            seen.add(rp.handle_id(actor))
+            actors.append(actor)
+    held = observe(actors, [rp.handle_class(a)[1] for a in actors], [""] * len(actors))
+    for actor, placement in zip(actors, held, strict=True):
+        if not placement.has_gpu:
+            raise ValueError(
+                f"Actor {actor} returns a tensor with type hint "
+                'TorchTensor(transport="accelerator") or '
+                "TorchTensor(transport=accelerator_group_handle) "
+                "but actor does not have an accelerator assigned by Ray.")
+
+
+def _all_readers_local(tasks: list[Any], walk: _Walk) -> None:
+    """Ray's accelerator channel: an edge whose readers all run on the writer's own actor
+    gets no accelerator channel, and Ray asserts so. Readers on the writer's actor beside
+    others are local readers (Ray hands them the value in-process): accepted."""
     for node in tasks:
         if not _is_call(node) or not accelerator_hint(node):
             continue
         actor = rp.parent_actor(node)
-        for reader in walk.consumers[id(node)]:
-            if _is_call(reader) and _same_actor(rp.parent_actor(reader), actor):
-                found = True
-                _RAY_LOG.error(
-                    "Detected a deadlock caused by using NCCL channels to transfer data "
-                    f"between the task `{rp.method_name(node)}` and its downstream method "
-                    f"`{rp.method_name(reader)}` on the same actor {actor}. Please remove "
-                    '`TorchTensorType(transport="nccl")` between DAG nodes on the same actor.')
-    if found:
-        raise ValueError(
-            "This DAG cannot be compiled because it will deadlock on accelerator calls. If "
-            "you believe this is a false positive, please disable the graph verification by "
-            "setting the environment variable RAY_CGRAPH_ENABLE_DETECT_DEADLOCK to 0 and file "
-            "an issue at https://github.com/ray-project/ray/issues/new/.")
+        readers = [r for r in walk.consumers[id(node)] if _is_call(r)]
+        if readers and all(_same_actor(rp.parent_actor(r), actor) for r in readers):
+            raise AssertionError(
+                "All readers are from the same actor. The TorchTensorType type hint is not "
+                "needed. No accelerator channel will be created.")
 
 
 @dataclass(frozen=True)
 class RayDag:
-    """What Ray's checks learned of a DAG: ``inputs`` (its input signature) and ``tasks``
-    (its nodes in Ray's task order; ``output`` is the node compiled)."""
+    """What Ray's checks learned of a DAG: ``inputs`` (its input signature), ``tasks``
+    (its nodes in Ray's task order; ``output`` is the node compiled) and ``auto`` (Ray's
+    resolution of its ``auto`` hints, applied to the nodes after compile)."""
 
     inputs: RayInputs
     tasks: tuple[Any, ...]
     output: Any
+    auto: tuple[tuple[Any, Any, list[Any]], ...] = ()  # resolved auto hints (auto_hints)
 
 
 def check_ray_dag(dag: Any, default_communicator: Any = "create") -> RayDag:
@@ -418,16 +511,21 @@ def check_ray_dag(dag: Any, default_communicator: Any = "create") -> RayDag:
     Example: ``check_ray_dag(dag).inputs.check((1,), {})``.
 
     Raises:
-        ValueError, NotImplementedError: what Ray 2.60 raises, with its message.
+        ValueError, NotImplementedError, AssertionError: what Ray 2.60 raises, with
+            its message.
     """
     root = _find_root(dag)
     tasks = _tasks(root)
     walk = _preprocess(tasks, root, default_communicator)
+    _driver_reads(tasks, dag)
     _unused_attributes(dag, root)
     _leaves(tasks, walk)
     _unreachable(tasks, walk, root, dag)
     _communicator_members(tasks, walk, default_communicator)
-    _same_actor_accelerator_edges(tasks, walk)
+    auto = resolve_auto_hints(tuple(tasks), dag)
+    _accelerators(tasks, walk, default_communicator,
+                  _auto_communicators(auto, default_communicator))
+    _all_readers_local(tasks, walk)
     if walk.direct:
         inputs = RayInputs(1, (), True)
     else:
@@ -435,4 +533,5 @@ def check_ray_dag(dag: Any, default_communicator: Any = "create") -> RayDag:
         inputs = RayInputs(positional, tuple(sorted(walk.keywords)), False)
     from ray.dag import ClassNode
 
-    return RayDag(inputs, tuple(t for t in tasks if not isinstance(t, ClassNode)), dag)
+    return RayDag(inputs, tuple(t for t in tasks if not isinstance(t, ClassNode)), dag,
+                  tuple(auto))

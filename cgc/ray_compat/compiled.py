@@ -37,7 +37,14 @@ from typing import Any
 
 from cgc.errors import CompileError, UnsupportedNodeError
 from cgc.plan_schema.errors import ConfigError
-from cgc.ray_compat.checks import COMPILED_TWICE, RayDag, check_compile_args, check_ray_dag
+from cgc.ray_compat.auto_hints import apply_auto_hints
+from cgc.ray_compat.checks import (
+    COMPILED_TWICE,
+    RayDag,
+    accelerator_hint,
+    check_compile_args,
+    check_ray_dag,
+)
 from cgc.ray_compat.errors import RayWords, to_ray_error
 from cgc.ray_compat.refs import FOREVER_S, CgcDAGFuture, CgcDAGRef
 from cgc.runtime.errors import CgcError
@@ -76,6 +83,24 @@ def _profiling() -> dict[str, Any]:
     return out
 
 
+def _breaks_on_error(ray_dag: RayDag | None) -> bool:
+    """Whether an app error leaves the graph unusable, as in Ray 2.60: an NCCL edge with
+    ``_static_shape`` or ``_direct_return`` cannot carry the error to its reader, so Ray's
+    channel breaks and the graph is torn down (the next ``execute`` raises
+    ``RayChannelError``). Ray's CPU communicator carries it: the graph goes on."""
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    from cgc.frontend import ray_private as rp
+
+    for node in ray_dag.tasks if ray_dag is not None else ():
+        hint = rp.type_hint(node)
+        if (accelerator_hint(node) and hint is not None
+                and not isinstance(hint.communicator, CPUCommunicator)
+                and (hint.static_shape or hint.direct_return)):
+            return True
+    return False
+
+
 def compile_ray_dag(
     dag: Any,
     _submit_timeout: float | None = None,
@@ -107,7 +132,10 @@ def compile_ray_dag(
     dag.is_cgraph_output_node = True  # as Ray: even a failed compile uses the node up
     ctx = DAGContext.get_current()
     check_compile_args(_buffer_size_bytes or ctx.buffer_size_bytes, _default_communicator)
-    ray_dag = check_ray_dag(dag, default_communicator=_default_communicator)
+    try:
+        ray_dag = check_ray_dag(dag, default_communicator=_default_communicator)
+    except CompileError as exc:  # a live actor that cannot say what it holds (cgc's words)
+        raise ValueError(str(exc)) from exc
     capacity = _max_inflight_executions or ctx.max_inflight_executions
     overlap = _overlap_gpu_communication
     if overlap is None:
@@ -121,6 +149,7 @@ def compile_ray_dag(
         raise
     except (CompileError, ConfigError) as exc:
         raise ValueError(str(exc)) from exc
+    apply_auto_hints(list(ray_dag.auto))  # Ray's nodes show the transport Ray picked
     submit_s = ctx.submit_timeout if _submit_timeout is None else _submit_timeout
     try:
         graph = plan.start(
@@ -165,6 +194,7 @@ class CompiledDAG:
         self._multi = graph.multi_output
         self._get_timeout = graph.get_timeout
         self._torn_down = False
+        self._breaks_on_error = _breaks_on_error(ray_dag)
         # As Ray's ray.shutdown() does with its compiled graphs' actors (kill_actors=True).
         graph.kill_with_session(list(plan.live_handles.values()))
 
@@ -219,6 +249,13 @@ class CompiledDAG:
     # ------------------------------------------------------------------ Ray's accounting
     def _note(self, book: dict[int, set[int | None]], e: int, ch: int | None) -> None:
         book.setdefault(e, set()).add(ch)
+
+    def _app_error(self) -> None:
+        """An execution's app error was returned: with a static-shape or direct-return
+        accelerator edge, Ray's graph is broken from then on (its next ``execute`` raises
+        ``RayChannelError``), so this one is torn down; cgc's own API keeps serving."""
+        if self._breaks_on_error:
+            self.teardown()
 
     def _after_get(self) -> None:
         """As Ray after a get: free executions at the head whose refs were all dropped."""

@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,15 @@ def _task_error(exc: rt.RemoteError) -> BaseException:
     return err.as_instanceof_cause()
 
 
+def _direct_return_error(exc: rt.RemoteError) -> BaseException:
+    """Ray's ValueError for a ``_direct_return`` edge given something else than a tensor
+    (the value as cgc's message quotes it)."""
+    found = re.search(r"\(`(.*?)`\) as output", str(exc))
+    value = found.group(1) if found else "?"
+    return ValueError("Task annotated with _direct_return=True must return a CUDA "
+                      f"torch.Tensor, instead found value `{value}`. DAG will shut down.")
+
+
 def to_ray_error(exc: BaseException, words: RayWords | None = None) -> BaseException:
     """The Ray exception that Ray Compiled Graph raises where cgc raised ``exc``, with
     Ray 2.60's message (``words`` holds the settings it quotes); cgc's message stays on
@@ -115,6 +125,8 @@ def to_ray_error(exc: BaseException, words: RayWords | None = None) -> BaseExcep
 
     words = words or RayWords()
     if isinstance(exc, rt.RemoteError):
+        if exc.cause_type.endswith("DirectReturnError"):
+            return _direct_return_error(exc)
         return _task_error(exc)
     if isinstance(exc, (rt.GetTimeoutError, rt.SubmitTimeoutError)):
         return rx.RayChannelTimeoutError(_timeout_text(exc, words))

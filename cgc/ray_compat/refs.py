@@ -96,6 +96,7 @@ class CgcDAGRef(CompiledDAGRef):
             if self._ref.fetched:  # the app's error: the ref is used up
                 _note(self, "got")
                 dag._after_get()
+                dag._app_error()
             # A timeout or a full buffer loses nothing: unlike Ray, the ref can be fetched
             # again; once a value or the app's error was returned, it cannot.
             raise to_ray_error(exc, dag._words) from exc
@@ -134,6 +135,8 @@ class CgcDAGFuture(CompiledDAGFuture):
         try:
             return await self._ref
         except CgcError as exc:
+            if self._ref.fetched:  # the app's error (see CgcDAGRef.get)
+                dag._app_error()
             raise to_ray_error(exc, dag._words) from exc
         finally:
             if self._ref.fetched:

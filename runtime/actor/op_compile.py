@@ -9,6 +9,7 @@ Example: ``ops = loop._compile(loop.program.ops, False)``; then ``for op in ops:
 
 from __future__ import annotations
 
+import reprlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from cgc.plan_schema.collective import ReduceOp
 from cgc.plan_schema.values import decode_value
 from cgc.runtime.actor.loop_state import LoopState
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
+from cgc.runtime.comm.collective import concat_rows
 from cgc.runtime.devices import move_to
 from cgc.runtime.errors import DirectReturnError, SetupError, mro_names
 from cgc.runtime.messages import input_attr
@@ -278,7 +280,8 @@ class OpCompiler(LoopState):
                 if type(v) is not ev_type and not _is_tensor(v):
                     tab[outs[i]] = self._error(DirectReturnError(
                         f"{node.name} ({type(self.obj).__qualname__}.{method}) returned "
-                        f"{_what(v)} as output {i}, but the plan declares that edge "
+                        f"{_what(v)} (`{reprlib.repr(v)}`) as output {i}, but the plan "
+                        "declares that edge "
                         "direct_return: exactly one tensor (a torch.Tensor or a numpy array), "
                         "never wrapped; return one tensor or drop _direct_return"), method, off)
         return do_compute
@@ -296,7 +299,8 @@ class OpCompiler(LoopState):
         # cgc.runtime.comm.collective; an upstream error on any member comes back as
         # every member's result (errors are agreed on before any device op).
         native = {pb.ALLREDUCE: lambda x: comm.allreduce(x, red),
-                  pb.ALLGATHER: comm.allgather,
+                  pb.ALLGATHER: ((lambda x: concat_rows(comm.allgather(x))) if coll.concat
+                                 else comm.allgather),
                   pb.REDUCESCATTER: lambda x: comm.reducescatter(x, red)}[kind]
         if self.transports[cdesc.id] != "cpu":
             settle = self._settler(comm, out_key, self._op_of_task(node.id))

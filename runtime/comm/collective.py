@@ -3,7 +3,8 @@ communicator (CPU, CUDA IPC, host staging, NCCL's host path) and the executor fo
 
 - ``allreduce``: the elementwise reduction of every rank's value, in rank order, on every
   rank (``reduce_values``).
-- ``allgather``: every rank's value, in rank order.
+- ``allgather``: every rank's value, in rank order (a plan's ``Collective.concat``: those
+  values concatenated along dim 0, one value - Ray's allgather; ``concat_rows``).
 - ``reducescatter``: the reduction, split along dim 0 into ``world`` equal chunks; rank r
   keeps chunk r. Dim 0 must divide by the world size, as in Ray and NCCL: otherwise the
   collective fails with ``CollectiveShapeError`` naming the sizes — never leftover rows
@@ -31,7 +32,7 @@ import numpy as np
 from cgc.plan_schema.collective import ReduceOp
 
 __all__ = ["ReduceOp", "CollectiveShapeError", "reduce_values", "scatter_rows", "scatter_part",
-           "combine"]
+           "combine", "concat_rows"]
 
 
 class CollectiveShapeError(ValueError):
@@ -140,3 +141,25 @@ def combine(kind: str, parts: list[Any], op: ReduceOp | str | None, rank: int,
         raise ValueError(f"unknown collective {kind!r}")
     full = reduce_values(parts, ReduceOp.SUM if op is None else op)
     return full if kind == "allreduce" else scatter_part(full, rank, world)
+
+
+def concat_rows(values: list[Any]) -> Any:
+    """An allgather's values (numpy arrays or torch tensors, in rank order) concatenated
+    along dim 0, on their device: Ray's allgather result.
+
+    Example:
+        >>> concat_rows([np.arange(2.0), np.arange(2.0) + 5]).tolist()
+        [0.0, 1.0, 5.0, 6.0]
+
+    Raises:
+        TypeError: a value is not an array or a tensor.
+    """
+    first = values[0]
+    if type(first).__module__.startswith("torch"):
+        import torch
+
+        return torch.cat(values, dim=0)
+    if not all(isinstance(v, np.ndarray) for v in values):
+        raise TypeError("Ray's allgather concatenates tensors, not "
+                        f"{type(first).__name__}: gather torch tensors or numpy arrays")
+    return np.concatenate(values, axis=0)

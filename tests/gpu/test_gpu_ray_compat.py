@@ -68,3 +68,22 @@ def test_overlap_flag_on_live_gpu_actors(transport, flag):
 
 def test_torch_tensor_type_hint_on_live_gpu_actors(transport):
     _check(progs.run_tensor_type_hint(0.5), transport)
+
+
+@pytest.mark.parametrize("flags", [{"_direct_return": True}, {"_static_shape": True}, {}],
+                         ids=["direct_return", "static_shape", "plain"])
+def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(transport, flags):
+    """Ray 2.60: the task's error, then (static shape, direct return) RayChannelError."""
+    rep = progs.run_nccl_error(0.5, flags)
+    assert rep.outputs == rep.reference
+    assert rep.alive_after
+
+
+def test_a_broken_direct_return_is_rays_value_error_then_the_graph_is_down(transport):
+    rep = progs.run_direct_return_broken(0.5)
+    assert rep.outputs == rep.reference
+
+
+def test_auto_hints_show_rays_resolved_type_after_compile(transport):
+    rep = progs.run_auto_resolved(0.5)  # one shared GPU: Ray resolves to host memory
+    assert rep.outputs == rep.reference

@@ -51,6 +51,16 @@ class Stage:
         """The stage's result for the driver, and where the input tensor arrived."""
         return self.fwd(t).cpu().tolist(), t.device.type
 
+    def fwd_checked(self, x: Any) -> torch.Tensor:
+        """``fwd``, raising for an input whose first element is 99."""
+        if x[0] == 99:
+            raise ValueError("input 99 refused")
+        return self.fwd(x)
+
+    def fwd_or_int(self, x: Any) -> Any:
+        """``fwd``, or the int 1 for an input whose first element is 99."""
+        return 1 if x[0] == 99 else self.fwd(x)
+
     def value(self, t: torch.Tensor) -> list[float]:
         """The stage's result alone (where the input arrived depends on what the actor
         sees: Ray hides no GPU from an actor that asked for none)."""
@@ -220,6 +230,57 @@ def run_auto_transport(num_gpus: float) -> Report:
     return rep
 
 
+def run_auto_resolved(num_gpus: float) -> Report:
+    """Ray's ``auto`` hints after compile: each node's ``type_hint`` is the resolved
+    ``TorchTensorType``; ``outputs``: [class name, transport] of the edge between the two
+    GPU actors and of the edge to the driver (Ray: "accelerator" between different GPUs,
+    "auto" on one shared GPU and towards the driver)."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        t = a.fwd.bind(inp).with_tensor_transport(transport="auto")
+        to_driver = b.fwd.bind(inp).with_tensor_transport(transport="auto")
+        dag = MultiOutputNode([b.value.bind(t), to_driver])
+    compiled = dag.experimental_compile()
+    rep = Report()
+    try:
+        rep.outputs = [[type(n.type_hint).__name__, n.type_hint.transport]
+                       for n in (t, to_driver)]
+        ray.get(compiled.execute(INPUTS[0]), timeout=120)
+    finally:
+        compiled.teardown()
+    for h in (a, b):
+        ray.kill(h)
+    rep.alive_after = True
+    between = "accelerator" if num_gpus == 1 else "auto"
+    rep.reference = [["TorchTensorType", between], ["TorchTensorType", "auto"]]
+    return rep
+
+
+def run_auto_needs_communicator(num_gpus: float) -> Report:
+    """An ``auto`` edge Ray resolves to the accelerator (two actors on different GPUs) with
+    ``_default_communicator=None``: Ray's ValueError, in its words."""
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        dag = b.value.bind(a.fwd.bind(inp).with_tensor_transport(transport="auto"))
+    rep = Report()
+    try:
+        dag.experimental_compile(_default_communicator=None).teardown()
+        rep.outputs = ["compiled"]
+    except ValueError as exc:
+        rep.outputs = [str(exc).startswith("with_tensor_transport(transport='auto') is used "
+                                           "for DAGNode "),
+                       str(exc).endswith(", This requires specifying a default communicator "
+                                         "or 'create' for _default_communicator when calling "
+                                         "experimental_compile().")]
+    for h in (a, b):
+        ray.kill(h)
+    rep.alive_after = True
+    rep.reference = [True, True] if num_gpus == 1 else ["compiled"]
+    return rep
+
+
 def run_overlap(num_gpus: float, overlap: bool) -> Report:
     """A three-stage NCCL pipeline compiled with ``_overlap_gpu_communication``."""
     S = ray.remote(num_gpus=num_gpus)(Stage)
@@ -251,6 +312,73 @@ def run_tensor_type_hint(num_gpus: float) -> Report:
     return rep
 
 
+def run_direct_return_broken(num_gpus: float) -> Report:
+    """A ``_direct_return`` NCCL edge given an int: Ray 2.60's ValueError (its words), then
+    the graph is torn down (``RayChannelError``)."""
+    from ray.exceptions import RayChannelError
+
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        dag = b.value.bind(a.fwd_or_int.bind(inp).with_tensor_transport(
+            "nccl", _direct_return=True))
+    compiled = dag.experimental_compile()
+    rep = Report()
+    try:
+        for x in (INPUTS[0], [99] * WIDTH, INPUTS[1]):
+            try:
+                ray.get(compiled.execute(x), timeout=120)
+                rep.outputs.append("ok")
+            except RayChannelError:
+                rep.outputs.append("RayChannelError")
+            except ValueError as exc:
+                rep.outputs.append(f"ValueError: {exc}")
+    finally:
+        compiled.teardown()
+    for h in (a, b):
+        ray.kill(h)
+    rep.alive_after = True
+    rep.reference = ["ok", "ValueError: Task annotated with _direct_return=True must return "
+                     "a CUDA torch.Tensor, instead found value `1`. DAG will shut down.",
+                     "RayChannelError"]
+    return rep
+
+
+def run_nccl_error(num_gpus: float, flags: dict[str, bool]) -> Report:
+    """An app error in the writer of an NCCL edge: Ray 2.60 raises the task error, then,
+    with ``_static_shape`` or ``_direct_return`` (the error cannot cross the edge), the
+    graph is torn down and the next ``execute`` raises ``RayChannelError``; without them
+    the graph goes on. ``outputs``: what each of three executions gave."""
+    from ray.exceptions import RayChannelError, RayTaskError
+
+    S = ray.remote(num_gpus=num_gpus)(Stage)
+    a, b = S.remote(0), S.remote(1)
+    with InputNode() as inp:
+        dag = b.value.bind(a.fwd_checked.bind(inp).with_tensor_transport("nccl", **flags))
+    compiled = dag.experimental_compile()
+    rep = Report()
+    try:
+        for x in (INPUTS[0], [99] * WIDTH, INPUTS[1]):
+            try:
+                ray.get(compiled.execute(x), timeout=120)
+                rep.outputs.append("ok")
+            except RayTaskError as exc:
+                rep.outputs.append(f"RayTaskError({type(exc.cause).__name__})")
+            except RayChannelError:
+                rep.outputs.append("RayChannelError")
+    finally:
+        compiled.teardown()
+    try:
+        rep.alive_after = ray.get([h.ping.remote() for h in (a, b)], timeout=60) == [
+            "alive"] * 2
+    finally:
+        for h in (a, b):
+            ray.kill(h)
+    broken = bool(flags)
+    rep.reference = ["ok", "RayTaskError(ValueError)", "RayChannelError" if broken else "ok"]
+    return rep
+
+
 PROGRAMS = {
     "nccl_pipeline_half": lambda: run_nccl_pipeline(0.5),
     "nccl_pipeline_one": lambda: run_nccl_pipeline(1),
@@ -260,4 +388,12 @@ PROGRAMS = {
     "overlap_on": lambda: run_overlap(0.5, True),
     "overlap_off": lambda: run_overlap(0.5, False),
     "tensor_type_hint": lambda: run_tensor_type_hint(0.5),
+    "nccl_error_direct_return": lambda: run_nccl_error(0.5, {"_direct_return": True}),
+    "nccl_error_static_shape": lambda: run_nccl_error(0.5, {"_static_shape": True}),
+    "nccl_error_plain": lambda: run_nccl_error(0.5, {}),
+    "direct_return_broken": lambda: run_direct_return_broken(0.5),
+    "auto_resolved_one": lambda: run_auto_resolved(1),
+    "auto_resolved_half": lambda: run_auto_resolved(0.5),
+    "auto_needs_communicator_one": lambda: run_auto_needs_communicator(1),
+    "auto_needs_communicator_half": lambda: run_auto_needs_communicator(0.5),
 }

@@ -102,3 +102,27 @@ def test_torch_tensor_type_hint(reports):
     rep = report(reports, "tensor_type_hint")
     exact(rep)
     assert rep["channels"][1] == "stage0->stage1:nccl"
+
+
+@pytest.mark.parametrize("name", ["nccl_error_direct_return", "nccl_error_static_shape",
+                                  "nccl_error_plain", "direct_return_broken"])
+def test_app_error_on_an_nccl_edge_breaks_the_graph_as_in_ray(reports, name):
+    """Ray 2.60: an app error in an NCCL edge's writer is the task's error; with
+    _static_shape or _direct_return the graph is then torn down (RayChannelError next). A
+    non-tensor on a _direct_return edge is Ray's ValueError, in its words."""
+    exact(report(reports, name))
+
+
+@pytest.mark.parametrize("name", ["auto_resolved_one", "auto_resolved_half"])
+def test_auto_hints_show_rays_resolved_type_after_compile(reports, name):
+    """Ray's test_torch_tensor_auto: "accelerator" between actors on different GPUs, "auto"
+    (host memory) on a shared GPU and towards the driver."""
+    exact(report(reports, name))
+
+
+@pytest.mark.parametrize("name", ["auto_needs_communicator_one",
+                                  "auto_needs_communicator_half"])
+def test_auto_edge_resolved_to_the_accelerator_needs_a_communicator_as_in_ray(reports, name):
+    """_default_communicator=None refuses an auto edge between different GPUs (Ray's words);
+    on a shared GPU Ray resolves to host memory, and it compiles."""
+    exact(report(reports, name))

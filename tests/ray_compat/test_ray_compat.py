@@ -429,27 +429,58 @@ def test_visualize(counter, compiled, tmp_path):
         c.visualize(format="ascii", channel_details=True)
 
 
-def test_accelerator_edge_within_one_actor_is_refused_as_ray_documents(counter, caplog):
-    import logging
+def test_accelerator_edge_read_only_on_its_own_actor_is_rays_assertion(counter):
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
 
     with InputNode() as inp:
-        x = counter.echo.bind(inp)
-        x.with_tensor_transport("nccl")
-        dag = counter.echo.bind(x)
-    # Ray's "ray" logger does not propagate to the root, where caplog listens: listen on
-    # Ray's logger itself
-    log = logging.getLogger("ray.dag.compiled_dag_node")
-    log.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.ERROR, logger="ray.dag.compiled_dag_node"):
-            with pytest.raises(ValueError, match="^This DAG cannot be compiled because it "
-                               "will deadlock on accelerator calls"):
-                dag.experimental_compile()
-    finally:
-        log.removeHandler(caplog.handler)
-    assert any("Detected a deadlock caused by using NCCL channels to transfer data between "
-               "the task `echo` and its downstream method `echo` on the same actor"
-               in r.getMessage() for r in caplog.records)
+        x = counter.echo.bind(inp).with_tensor_transport(
+            transport=CPUCommunicator(1, [counter]))
+        dag = MultiOutputNode([counter.echo.bind(x)])
+    with pytest.raises(AssertionError, match="^All readers are from the same actor. The "
+                       "TorchTensorType type hint is not needed. No accelerator channel "
+                       "will be created.$"):
+        dag.experimental_compile()
+
+
+def test_local_readers_of_an_accelerator_edge_run_as_in_ray(compiled):
+    """Ray 2.60 hands the value to readers on the writer's own actor in-process and sends it
+    to the others: such a graph is no deadlock and runs."""
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(transport=CPUCommunicator(2, [a, b]))
+        dag = MultiOutputNode([a.echo.bind(x), a.add.bind(x, 1), b.add.bind(x, 2)])
+    c = compiled(dag)
+    for i in range(3):
+        assert ray.get(c.execute(i)) == [i, i + 1, i + 2]
+
+
+def test_accelerator_edge_to_the_driver_in_rays_words(counter):
+    with InputNode() as inp:
+        dag = counter.echo.bind(inp).with_tensor_transport(transport="nccl")
+    with pytest.raises(ValueError, match=r"^Driver cannot participate in the communicator "
+                       r"group\.$"):
+        dag.experimental_compile()
+    with InputNode() as inp:
+        x = counter.echo.bind(inp).with_tensor_transport(transport="nccl")
+        dag = MultiOutputNode([counter.echo.bind(inp), x])
+    with pytest.raises(ValueError, match="^Driver cannot participate"):
+        dag.experimental_compile()
+
+
+def test_nccl_edge_of_an_actor_without_accelerator_in_rays_words():
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(transport="nccl", _direct_return=True,
+                                                    _static_shape=True)
+        dag = b.echo.bind(x)
+    with pytest.raises(ValueError, match=(
+            r"^Actor Actor\(Counter, [0-9a-f]+\) returns a tensor with type hint "
+            r'TorchTensor\(transport="accelerator"\) or '
+            r"TorchTensor\(transport=accelerator_group_handle\) "
+            r"but actor does not have an accelerator assigned by Ray\.$")):
+        dag.experimental_compile()
 
 
 def test_a_communicator_must_hold_the_edges_actors(compiled):
@@ -501,3 +532,59 @@ def test_default_communicator_values_as_rays(counter, compiled):
         dag = counter.echo.bind(inp)
     c = compiled(dag, _default_communicator=CPUCommunicator(1, [counter]))
     assert ray.get(c.execute(4)) == 4
+
+
+def test_auto_transport_hint_is_resolved_on_rays_node_after_compile(compiled):
+    from ray.experimental.channel.torch_tensor_type import TorchTensorType
+
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(transport="auto", device="cpu")
+        dag = b.echo.bind(x)
+    c = compiled(dag)
+    # Ray's resolver: actors without GPUs share tensors through host memory.
+    assert isinstance(x.type_hint, TorchTensorType)
+    assert x.type_hint.transport == "auto" and not x.type_hint.requires_accelerator()
+    assert ray.get(c.execute(5)) == 5
+
+
+def test_rays_allgather_returns_the_members_tensors_concatenated(compiled):
+    """Ray's allgather gives each member one tensor, the members' concatenated along dim 0
+    (cgc.allgather gives the list); the CPU communicator stands for NCCL."""
+    import torch
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+    from ray.experimental.collective import allgather
+
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        xa, xb = a.add.bind(inp, 0), b.add.bind(inp, 10)
+        ga, gb = allgather.bind([xa, xb], transport=CPUCommunicator(2, [a, b]))
+        dag = MultiOutputNode([a.echo.bind(ga), b.echo.bind(gb)])
+    c = compiled(dag)
+    t = torch.arange(3.0).reshape(3, 1)
+    got = ray.get(c.execute(t), timeout=120)  # the actors' first torch import is slow
+    want = torch.cat([t, t + 10], dim=0)
+    assert [g.shape for g in got] == [(6, 1), (6, 1)]
+    assert all(torch.equal(g, want) for g in got)
+
+
+@pytest.mark.parametrize("flags", [{"_direct_return": True}, {"_static_shape": True}, {}])
+def test_app_error_on_a_cpu_communicator_edge_leaves_the_graph_usable_as_in_ray(
+        compiled, flags):
+    """Ray 2.60's CPU communicator carries a task's error even on a static-shape or
+    direct-return edge (checked on Ray itself): the graph goes on. (An NCCL edge breaks:
+    test_compat_gpu_actors.py, with logical GPUs.)"""
+    import torch
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.check.bind(inp).with_tensor_transport(transport=CPUCommunicator(2, [a, b]),
+                                                    **flags)
+        dag = b.echo.bind(x)
+    c = compiled(dag)
+    assert ray.get(c.execute(torch.tensor([1.0])), timeout=120) == torch.tensor([1.0])
+    with pytest.raises(RayTaskError) as info:
+        ray.get(c.execute(torch.tensor([-1.0])), timeout=60)
+    assert isinstance(info.value, AppError)
+    assert ray.get(c.execute(torch.tensor([2.0])), timeout=60) == torch.tensor([2.0])
