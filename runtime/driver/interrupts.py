@@ -7,7 +7,11 @@ the process when interrupted (SIGABRT, SIGSEGV). Two tools:
 
 - ``deferred_interrupts()``: a block that is not interrupted; a SIGINT that arrives inside it
   is raised as ``KeyboardInterrupt`` once it ends (each cleanup it guards is bounded by its
-  own timeout, so the interrupt is late, never lost).
+  own timeout, so the interrupt is late, never lost). With ``abandon_after_s``, in a process
+  a command owns (``own_process()``), a block still running that many seconds after the
+  SIGINT is abandoned instead: the process's child processes are killed and it exits with
+  130 at once (``ray.init()``, which takes up to 20 s on a loaded machine and cannot be
+  interrupted safely, starts its processes as children of this one).
 - ``watch_interrupts()`` / ``interrupts_seen()`` / ``ignore_interrupts()``: for a command
   that owns its process (``cgc run``): every SIGINT raises and is counted (so one that a
   library swallowed still ends the command at its next check), and from the exit's cleanup
@@ -20,13 +24,36 @@ to), and only where the handler in force is Python's (a program that set its own
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["deferred_interrupts", "watch_interrupts", "interrupts_seen", "ignore_interrupts"]
+__all__ = [
+    "deferred_interrupts",
+    "watch_interrupts",
+    "interrupts_seen",
+    "ignore_interrupts",
+    "own_process",
+]
+
+# The exit code of a process ended by Ctrl-C (128 + SIGINT).
+ABORTED = 130
+
+# Whether a command owns this process (own_process()): only then may a block be abandoned.
+_OWNED: list[bool] = [False]
+
+
+def own_process() -> None:
+    """Declare that a command owns this process (the ``cgc`` program, not a library
+    caller): a ``deferred_interrupts(abandon_after_s=...)`` block may then end it.
+
+    Example: ``own_process()`` at the top of the ``cgc`` program's ``main()``.
+    """
+    _OWNED[0] = True
 
 
 def _ours_to_change() -> bool:
@@ -34,8 +61,13 @@ def _ours_to_change() -> bool:
 
 
 @contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
+def deferred_interrupts(abandon_after_s: float | None = None) -> Iterator[None]:
     """Run the block without being interrupted by SIGINT; raise it afterwards.
+
+    ``abandon_after_s``: in a process a command owns (``own_process()``), when the block
+    has not ended that many seconds after the first SIGINT, kill this process's child
+    processes, print "Aborted." and exit with 130 without finishing it (for a block that
+    must not be interrupted but may take long: ``ray.init()``). Elsewhere it is ignored.
 
     Example::
 
@@ -54,17 +86,67 @@ def deferred_interrupts() -> Iterator[None]:
         yield
         return
     held: list[Any] = []
+    done = threading.Event()
 
     def hold(signum: int, frame: Any) -> None:
         held.append(frame)
+        if len(held) == 1 and abandon_after_s is not None and _OWNED[0]:
+            threading.Thread(target=_abandon_unless, args=(done, abandon_after_s),
+                             name="cgc-abandon", daemon=True).start()
 
     signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:
+        done.set()
         signal.signal(signal.SIGINT, old)
         if held and sys.exc_info()[0] is None:  # an exception already on its way wins
             old(signal.SIGINT, held[-1])
+
+
+def _abandon_unless(done: threading.Event, wait_s: float) -> None:
+    """Unless ``done`` is set within ``wait_s``: kill our children, exit 130 at once."""
+    if done.wait(wait_s):
+        return
+    for _ in range(5):  # children may start children meanwhile (Ray's raylet: workers)
+        pids = _descendants(os.getpid())
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    with contextlib.suppress(OSError):
+        os.write(2, b"Aborted.\n")
+    os._exit(ABORTED)
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (children first), from /proc (empty where there is none)."""
+    parent: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            parent[int(entry)] = int(fields[1])
+    out: list[int] = []
+    frontier = [root]
+    while frontier:
+        children = [pid for pid, ppid in parent.items() if ppid in frontier]
+        out.extend(children)
+        frontier = children
+    return out
 
 
 # SIGINTs since watch_interrupts(), also those some library code caught and dropped.
