@@ -90,22 +90,44 @@ def deferred_interrupts(abandon_after_s: float | None = None) -> Iterator[None]:
 
     def hold(signum: int, frame: Any) -> None:
         held.append(frame)
-        if len(held) == 1 and abandon_after_s is not None and _OWNED[0]:
-            threading.Thread(target=_abandon_unless, args=(done, abandon_after_s),
-                             name="cgc-abandon", daemon=True).start()
 
     signal.signal(signal.SIGINT, hold)
+    watching = abandon_after_s is not None and _OWNED[0]
+    if watching:
+        # Python runs `hold` only when the main thread is back in Python code, and
+        # ray.init() blocks in C++ for seconds: the C-level handler's wake-up byte tells a
+        # watcher thread at once.
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        threading.Thread(target=_abandon_unless, args=(read_fd, done, abandon_after_s or 0.0),
+                         name="cgc-abandon", daemon=True).start()
     try:
         yield
     finally:
         done.set()
+        if watching:
+            signal.set_wakeup_fd(old_wakeup)
+            os.close(write_fd)  # the watcher closes read_fd
         signal.signal(signal.SIGINT, old)
         if held and sys.exc_info()[0] is None:  # an exception already on its way wins
             old(signal.SIGINT, held[-1])
 
 
-def _abandon_unless(done: threading.Event, wait_s: float) -> None:
-    """Unless ``done`` is set within ``wait_s``: kill our children, exit 130 at once."""
+def _abandon_unless(read_fd: int, done: threading.Event, wait_s: float) -> None:
+    """Watch ``read_fd`` for a SIGINT's wake-up byte until ``done``; after one, unless
+    ``done`` is set within ``wait_s``: kill our children and exit 130 at once."""
+    import select
+
+    try:
+        while not done.is_set():
+            ready, _, _ = select.select([read_fd], [], [], 0.05)
+            if ready and signal.SIGINT in os.read(read_fd, 64):
+                break
+        else:
+            return
+    finally:
+        os.close(read_fd)
     if done.wait(wait_s):
         return
     for _ in range(5):  # children may start children meanwhile (Ray's raylet: workers)
