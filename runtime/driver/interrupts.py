@@ -108,39 +108,51 @@ def deferred_interrupts(abandon_after_s: float | None = None) -> Iterator[None]:
         done.set()
         if watching:
             signal.set_wakeup_fd(old_wakeup)
-            os.close(write_fd)  # the watcher closes read_fd
+            os.close(write_fd)  # no more wake-up bytes; the watcher closes read_fd
         signal.signal(signal.SIGINT, old)
         if held and sys.exc_info()[0] is None:  # an exception already on its way wins
             old(signal.SIGINT, held[-1])
 
 
 def _abandon_unless(read_fd: int, done: threading.Event, wait_s: float) -> None:
-    """Watch ``read_fd`` for a SIGINT's wake-up byte until ``done``; after one, unless
-    ``done`` is set within ``wait_s``: kill our children and exit 130 at once."""
+    """Watch ``read_fd`` for a SIGINT's wake-up byte until ``done``; ``wait_s`` after the
+    first, unless ``done`` is set: kill our children and exit 130 at once. Closes
+    ``read_fd`` when ``done`` (not before: a later SIGINT's byte must find it open)."""
     import select
 
     try:
+        deadline: float | None = None
         while not done.is_set():
-            ready, _, _ = select.select([read_fd], [], [], 0.05)
-            if ready and signal.SIGINT in os.read(read_fd, 64):
-                break
-        else:
-            return
+            wait = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            ready, _, _ = select.select([read_fd], [], [], max(0.0, wait))
+            if ready and signal.SIGINT in os.read(read_fd, 64) and deadline is None:
+                deadline = time.monotonic() + wait_s
+            if deadline is not None and time.monotonic() >= deadline and not done.is_set():
+                _kill_descendants()
+                with contextlib.suppress(OSError):
+                    os.write(2, b"Aborted.\n")
+                os._exit(ABORTED)
     finally:
         os.close(read_fd)
-    if done.wait(wait_s):
-        return
-    for _ in range(5):  # children may start children meanwhile (Ray's raylet: workers)
-        pids = _descendants(os.getpid())
-        if not pids:
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every process below this one. They are stopped first, until no new one
+    appears, so none starts another or is orphaned meanwhile (an orphan of a killed parent
+    is no longer found below us, and would print its own failure on our stderr)."""
+    stopped: list[int] = []
+    for _ in range(50):
+        new = [pid for pid in _descendants(os.getpid()) if pid not in stopped]
+        if not new:
             break
-        for pid in pids:
+        for pid in new:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    with contextlib.suppress(OSError):
-        os.write(2, b"Aborted.\n")
-    os._exit(ABORTED)
+                os.kill(pid, signal.SIGSTOP)
+        stopped.extend(new)
+        time.sleep(0.01)
+    for pid in stopped:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _descendants(root: int) -> list[int]:
