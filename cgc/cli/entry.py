@@ -17,7 +17,7 @@ import signal
 import sys
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "forget_caught_interrupts"]
 
 # The exit code of a command ended by Ctrl-C (128 + SIGINT), as cgc.cli.main returns it.
 ABORTED = 130
@@ -67,5 +67,23 @@ def _aborted() -> int:
     return ABORTED
 
 
+def forget_caught_interrupts() -> None:
+    """Under ``python -m``, keep the exit code of a Ctrl-C that was caught and handled.
+
+    Why: CPython (3.11, 3.12) flags any ``exec`` of a string (dataclasses, namedtuple) that
+    ends in ``KeyboardInterrupt``, even one a caller then catches, and a ``-m`` run whose
+    flag is set ends by SIGINT (rc -2) instead of its ``sys.exit`` code. A string ``exec``
+    that ends normally clears the flag. (The ``cgc`` script, a file, is not affected.)
+
+    >>> forget_caught_interrupts()
+
+    Raises:
+        Nothing.
+    """
+    exec("None")  # noqa: S102 - a constant: clears the flag, runs nothing else
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    forget_caught_interrupts()
+    sys.exit(code)

@@ -180,4 +180,8 @@ def _remote_site(traceback_text: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cgc.cli.entry import forget_caught_interrupts
+
+    exit_code = main()
+    forget_caught_interrupts()  # python -m: a caught Ctrl-C must not end the run by SIGINT
+    sys.exit(exit_code)

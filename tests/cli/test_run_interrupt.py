@@ -266,3 +266,34 @@ def test_ctrl_c_during_ray_start_is_not_held_until_ray_is_up(chain_plan):
     assert left == [], f"processes left: {left}"
     assert "channels" not in out  # it did not go on to start the graph
     assert took < 3.0, f"{took:.1f} s from the Ctrl-C to the exit"
+
+
+# Installed through PYTHONPATH before `python -m` runs the command line: when MODULE is
+# first imported, SIGINT lands inside code run by exec() of a string (as dataclasses and
+# namedtuple run theirs), where CPython flags the KeyboardInterrupt even once it is caught.
+_SITECUSTOMIZE = """
+import os, sys
+class Interrupter:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["CGC_TEST_INTERRUPT_AT"]:
+            sys.meta_path.remove(self)
+            exec("import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\n"
+                 "for _ in range(1000): pass")
+        return None
+sys.meta_path.insert(0, Interrupter())
+"""
+
+
+@pytest.mark.parametrize("module,at", [("cgc.cli.entry", "click"),  # while cgc loads
+                                       ("cgc.cli.entry", "cgc.cli.check_cmd"),  # in the command
+                                       ("cgc.cli.main", "cgc.cli.check_cmd")])
+def test_a_caught_ctrl_c_keeps_exit_130_under_python_m(tmp_path, module, at):
+    """CPython ends a ``-m`` run by SIGINT (rc -2) when a string exec ended in a caught
+    KeyboardInterrupt (2 of 40 double Ctrl-Cs during cgc's imports did, before)."""
+    (tmp_path / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path, "CGC_TEST_INTERRUPT_AT": at}
+    done = subprocess.run([sys.executable, "-m", module, "check", "--help"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.strip() == "Aborted.", done.stderr[-2000:]
