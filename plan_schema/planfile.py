@@ -34,6 +34,7 @@ __all__ = [
     "read_header",
     "open_plan_bytes",
     "open_plan",
+    "open_plan_head",
 ]
 
 _LEN = struct.Struct("<I")
@@ -202,7 +203,7 @@ def _check_length(have: int, want: int, source: str) -> None:
             f"{source}: corrupted plan file ({have - want} bytes of trailing data)")
 
 
-def _read_file(path: str | os.PathLike[str]) -> bytes:
+def _read_file(path: str | os.PathLike[str], *, payload: bool = True) -> bytes:
     """The bytes of the plan file at ``path``, read within bounds: only a regular file (not
     ``/dev/zero``, a FIFO or a folder) of at most ``Limits.file_bytes``, its envelope header
     checked (``read_header``) and its length matched against the header's payload length
@@ -239,7 +240,7 @@ def _read_file(path: str | os.PathLike[str]) -> bytes:
                 head += _read_up_to(f, min(hlen, _MAX_HEADER + 1))
             header, off = read_header(head, str(path))
             _check_length(st.st_size - off, header.payload_len, str(path))
-            return head + _read_up_to(f, header.payload_len)
+            return head + _read_up_to(f, header.payload_len) if payload else head
         except OSError as exc:
             raise PlanFormatError(f"{path}: cannot read plan file ({exc.strerror})") from None
 
@@ -268,6 +269,22 @@ def open_plan(path: str | os.PathLike[str], *, parse: bool = True) -> PlanFile:
     """
     data = _read_file(path)
     return open_plan_bytes(data, str(path), parse=parse)
+
+
+def open_plan_head(path: str | os.PathLike[str]) -> PlanFile:
+    """The envelope header of the plan file at ``path``, its payload not read: for a
+    refusal the header alone decides on an unsigned plan (``trust.header_refusal``). The
+    checksum is not checked and a signature counts as not verified (``open_plan`` does both).
+
+    Example: ``open_plan_head("x.cgplan").header.class_modules``.
+
+    Raises:
+        PlanFormatError: missing, unreadable, not a regular file, too large, or its envelope
+            is not a plan's (as ``read_header``; the payload length is checked).
+    """
+    head = _read_file(path, payload=False)
+    header, _ = read_header(head, str(path))
+    return PlanFile(header, pb.Plan(), os.stat(path).st_size, str(path), False)
 
 
 def read_plan_bytes(data: bytes, source: str = "<bytes>", *, trust: bool = True) -> pb.Plan:
