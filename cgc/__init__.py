@@ -18,15 +18,18 @@ Public API (names follow Ray's DAG API, so porting is an import change)::
         assert graph.execute(1).get() == 2
 
 Attributes are loaded lazily so that ``import cgc`` (and ``cgc --help``) stay cheap and
-``import cgc.runtime`` never pulls in the compiler.
+``import cgc.runtime`` never pulls in the compiler. ``__version__`` too: ``import cgc`` imports
+nothing of cgc's own, so the ``cgc`` command's entry (``cgc.cli.entry``) takes over Ctrl-C
+before any heavy import (protobuf, click) begins.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cgc.plan_schema.version import CGC_VERSION as __version__
+if TYPE_CHECKING:
+    from cgc.plan_schema.version import CGC_VERSION as __version__
 
 __all__ = [
     "__version__",
@@ -48,6 +51,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "__version__": "cgc.plan_schema.version",
     "actor": "cgc.frontend",
     "method": "cgc.frontend",
     "InputNode": "cgc.frontend",
@@ -70,7 +74,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cgc' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    source = "CGC_VERSION" if name == "__version__" else name
+    value = getattr(importlib.import_module(module), source)
     globals()[name] = value
     return value
 

@@ -34,6 +34,7 @@ __all__ = [
     "read_header",
     "open_plan_bytes",
     "open_plan",
+    "open_plan_head",
 ]
 
 _LEN = struct.Struct("<I")
@@ -46,11 +47,12 @@ def write_plan_bytes(plan: pb.Plan, *, key: Any = None) -> bytes:
     The plan's format_version and producer are filled in. ``key`` is an Ed25519 private
     key (``signing.load_or_create_key()``); None writes an unsigned plan. Ed25519 is
     deterministic, so the same plan and key give the same bytes. The header's
-    ``needs_trust`` is set from the content, for information.
+    ``needs_trust`` is set from the content, for information; its ``class_modules`` lists
+    the modules of the classes the graph names (an untrusted plan is refused from it).
 
     Example: ``data = write_plan_bytes(plan); read_plan_bytes(data) == plan``.
     """
-    from cgc.plan_schema.trust import plan_needs
+    from cgc.plan_schema.trust import class_modules, plan_needs
 
     plan.format_version.major = FORMAT_MAJOR
     plan.format_version.minor = FORMAT_MINOR
@@ -64,6 +66,8 @@ def write_plan_bytes(plan: pb.Plan, *, key: Any = None) -> bytes:
         payload_len=len(payload),
         needs_trust=plan_needs(plan).needs_trust,
         name=plan.name,
+        class_modules=class_modules(plan),
+        lists_class_modules=True,
     )
     if key is not None:
         from cgc.plan_schema import signing
@@ -141,10 +145,13 @@ def open_plan_bytes(data: bytes, source: str = "<bytes>", *, parse: bool = True)
 
     Nothing is decided about trust and nothing from the file runs.
 
+    A parsed plan's graph must name the class modules its header lists (format 1.8 on).
+
     Example: ``pf = open_plan_bytes(data, "x.cgplan"); pf.plan.name``.
 
     Raises:
-        PlanFormatError: not a plan, truncated, corrupted, or from a newer major format.
+        PlanFormatError: not a plan, truncated, corrupted (also: its header lists other
+            class modules than its graph names), or from a newer major format.
     """
     header, off = read_header(data, source)
     payload = data[off:]
@@ -167,7 +174,23 @@ def open_plan_bytes(data: bytes, source: str = "<bytes>", *, parse: bool = True)
         plan.ParseFromString(payload)
     except DecodeError as exc:
         raise PlanFormatError(f"{source}: corrupted plan file (bad payload: {exc})") from None
+    _check_class_modules(header, plan, source)
     return PlanFile(header, plan, len(data), source, valid)
+
+
+def _check_class_modules(header: pb.PlanHeader, plan: pb.Plan, source: str) -> None:
+    """Refuse a plan whose header lists other class modules than its graph names."""
+    if not header.lists_class_modules:
+        return  # written before format 1.8: nothing to compare
+    from cgc.plan_schema.display import escape
+    from cgc.plan_schema.trust import class_modules
+
+    named = class_modules(plan)
+    if tuple(header.class_modules) != named:
+        listed = ", ".join(header.class_modules) or "none"
+        raise PlanFormatError(escape(
+            f"{source}: corrupted plan file (its header lists the class modules [{listed}], "
+            f"its graph names [{', '.join(named) or 'none'}])"))
 
 
 def _check_length(have: int, want: int, source: str) -> None:
@@ -180,7 +203,7 @@ def _check_length(have: int, want: int, source: str) -> None:
             f"{source}: corrupted plan file ({have - want} bytes of trailing data)")
 
 
-def _read_file(path: str | os.PathLike[str]) -> bytes:
+def _read_file(path: str | os.PathLike[str], *, payload: bool = True) -> bytes:
     """The bytes of the plan file at ``path``, read within bounds: only a regular file (not
     ``/dev/zero``, a FIFO or a folder) of at most ``Limits.file_bytes``, its envelope header
     checked (``read_header``) and its length matched against the header's payload length
@@ -217,7 +240,7 @@ def _read_file(path: str | os.PathLike[str]) -> bytes:
                 head += _read_up_to(f, min(hlen, _MAX_HEADER + 1))
             header, off = read_header(head, str(path))
             _check_length(st.st_size - off, header.payload_len, str(path))
-            return head + _read_up_to(f, header.payload_len)
+            return head + _read_up_to(f, header.payload_len) if payload else head
         except OSError as exc:
             raise PlanFormatError(f"{path}: cannot read plan file ({exc.strerror})") from None
 
@@ -246,6 +269,22 @@ def open_plan(path: str | os.PathLike[str], *, parse: bool = True) -> PlanFile:
     """
     data = _read_file(path)
     return open_plan_bytes(data, str(path), parse=parse)
+
+
+def open_plan_head(path: str | os.PathLike[str]) -> PlanFile:
+    """The envelope header of the plan file at ``path``, its payload not read: for a
+    refusal the header alone decides on an unsigned plan (``trust.header_refusal``). The
+    checksum is not checked and a signature counts as not verified (``open_plan`` does both).
+
+    Example: ``open_plan_head("x.cgplan").header.class_modules``.
+
+    Raises:
+        PlanFormatError: missing, unreadable, not a regular file, too large, or its envelope
+            is not a plan's (as ``read_header``; the payload length is checked).
+    """
+    head = _read_file(path, payload=False)
+    header, _ = read_header(head, str(path))
+    return PlanFile(header, pb.Plan(), os.stat(path).st_size, str(path), False)
 
 
 def read_plan_bytes(data: bytes, source: str = "<bytes>", *, trust: bool = True) -> pb.Plan:

@@ -62,6 +62,8 @@ __all__ = [
     "decide",
     "in_process",
     "untrusted_error",
+    "class_modules",
+    "header_refusal",
 ]
 
 # How a decision was reached (TrustDecision.basis).
@@ -435,7 +437,7 @@ def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None,
         basis = REFUSED if unvouched else TRUSTED_MODULES
     return TrustDecision(needs=needs, allowed=basis != REFUSED, basis=basis, signer=signer,
                          modules=modules or ModuleTrust(), unvouched=unvouched,
-                         class_modules=_modules_named(pf.plan))
+                         class_modules=class_modules(pf.plan))
 
 
 # Above this payload size, a refusal the header decides is made before parsing the graph
@@ -443,19 +445,24 @@ def decide(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None,
 DETAIL_BYTES = 16 << 20
 
 
-def header_refusal(pf: PlanFile, *, trust: bool,
-                   keyring: Keyring | None = None) -> UntrustedPlanError | None:
+def header_refusal(pf: PlanFile, *, trust: bool, keyring: Keyring | None = None,
+                   modules: ModuleTrust | None = None) -> UntrustedPlanError | None:
     """The refusal the envelope alone decides for a large plan, before its graph is parsed
     (``pf`` may be ``open_plan(path, parse=False)``): None unless the payload is over
     ``DETAIL_BYTES``, ``trust`` is False, no valid signature by a trusted key vouches for
-    it, and either its signature does not verify or its header says it needs trust. (A
-    header that says it needs none decides nothing: the content is checked.)
+    it, and either its signature does not verify, or its header says it needs trust, or its
+    header (format 1.8 on) lists a class module the user does not trust (``modules``: the
+    user's ``trusted_modules`` by default). A header that says it needs nothing and lists
+    only trusted modules decides nothing: the content is checked (and must match the list:
+    ``open_plan`` refuses a header that lies).
 
     Example: ``err = header_refusal(open_plan(path, parse=False), trust=False)``.
 
     Raises:
-        KeyFileError: the user's key files are malformed or unsafe (a signed plan only).
+        KeyFileError: the user's key or module files are malformed or unsafe.
     """
+    from cgc.plan_schema.display import escape
+
     h = pf.header
     if trust or h.payload_len <= DETAIL_BYTES:
         return None
@@ -464,12 +471,28 @@ def header_refusal(pf: PlanFile, *, trust: bool,
 
         keyring = load_keyring()
     signer, trusted_sig = _signer_line(pf, keyring)
+    if trusted_sig:
+        return None
     bad_sig = bool(h.signature) and not pf.signature_valid
-    if trusted_sig or not (bad_sig or h.needs_trust):
+    untrusted: list[str] = []
+    if not (bad_sig or h.needs_trust) and h.lists_class_modules:
+        if modules is None:
+            from cgc.plan_schema.trusted_modules import load_trusted_modules
+
+            modules = load_trusted_modules()
+        untrusted = [m for m in h.class_modules if modules.covering(m) is None]
+    if not (bad_sig or h.needs_trust or untrusted):
         return None
     where = f"{pf.source}: plan {h.name!r}"
-    why = ("its signature does not verify" if bad_sig else
-           "its header says it holds code from the file or reaches outside the graph")
+    if bad_sig:
+        why = "its signature does not verify"
+    elif h.needs_trust:
+        why = "its header says it holds code from the file or reaches outside the graph"
+    else:
+        names = escape(" ".join(untrusted))
+        why = (f"its header names classes from modules you do not trust ({names}; "
+               f"`cgc trust add-module {names}` trusts them, if you vouch for what their "
+               "public methods do)")
     err = UntrustedPlanError(
         f"{where} is not trusted here: {signer}.\n{why} (refused from the envelope, "
         f"before reading its {h.payload_len:,}-byte graph: `cgc inspect --code {pf.source}` "
@@ -477,11 +500,25 @@ def header_refusal(pf: PlanFile, *, trust: bool,
         f"run it only if you trust where it came from: `cgc run --trust {pf.source}` or "
         f"cgc.load({pf.source!r}, trust=True); `cgc keys add KEYFILE` trusts a colleague's key")
     err.decision = TrustDecision(allowed=False, basis=REFUSED,  # type: ignore[attr-defined]
-                                 signer=signer)
+                                 signer=signer, modules=modules or ModuleTrust(),
+                                 class_modules=tuple(h.class_modules))
     return err
 
 
-def _modules_named(plan: pb.Plan) -> tuple[str, ...]:
+def class_modules(plan: pb.Plan) -> tuple[str, ...]:
+    """The modules of the classes ``plan``'s actors name, sorted and unique (actors bound to
+    external ones and classes carried by value left out): what the header of a 1.8 plan
+    lists (``PlanHeader.class_modules``). Nothing is imported.
+
+    >>> p = pb.Plan()
+    >>> p.graph.actors.add(name="w0", cls=pb.ClassRef(module="m.b", qualname="W")).name
+    'w0'
+    >>> class_modules(p)
+    ('m.b',)
+
+    Raises:
+        Nothing.
+    """
     return tuple(sorted({a.cls.module for a in plan.graph.actors
                          if not (a.external.name or a.external.actor_id)
                          and not a.cls.pickled_class}))

@@ -38,7 +38,8 @@ def test_the_distribution_name_is_not_a_strangers_and_the_extras_name_it():
         for req in requirements:  # an extra that asks for another extra names this project
             head = re.match(r"[A-Za-z0-9._-]+", req)
             assert head and head.group() not in TAKEN_ON_PYPI, (extra, req)
-    assert project["scripts"] == {"cgc": "cgc.cli.main:main"}  # the command stays cgc
+    # the command stays cgc; its entry takes Ctrl-C before any heavy import (issue 44)
+    assert project["scripts"] == {"cgc": "cgc.cli.entry:main"}
 
 
 def test_no_install_line_names_the_strangers_distribution():

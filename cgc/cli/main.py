@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     from cgc.plan_schema.display import EscapedText
-    from cgc.runtime.driver.interrupts import interrupts_seen, watch_interrupts
+    from cgc.runtime.driver.interrupts import interrupts_seen, own_process, watch_interrupts
 
     # Called from Python (tests, notebooks: argv given), main() must leave the caller's Ray
     # and SIGINT handler as it found them; as the `cgc` program it owns the process.
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ray_was_up = ray_mod is not None and ray_mod.is_initialized()
     handler = signal.getsignal(signal.SIGINT)
     watch_interrupts()
+    if owns_process:  # a Ctrl-C during a long ray.init() may then end the process at once
+        own_process()
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = EscapedText(sys.stdout), EscapedText(sys.stderr)
     code = 130
@@ -178,4 +180,8 @@ def _remote_site(traceback_text: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cgc.cli.entry import forget_caught_interrupts
+
+    exit_code = main()
+    forget_caught_interrupts()  # python -m: a caught Ctrl-C must not end the run by SIGINT
+    sys.exit(exit_code)

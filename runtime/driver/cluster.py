@@ -82,6 +82,19 @@ def actor_demand(actor: pb.Actor, drop_gpus: bool) -> dict[str, float]:
     return {k: v for k, v in need.items() if v > 0}
 
 
+# Seconds a Ctrl-C waits for ray.init() to return before the `cgc` program abandons it
+# (the environment's CGC_RAY_INIT_ABANDON_S, where set, instead: tests set 0).
+RAY_INIT_ABANDON_S = 2.0
+
+
+def _ray_init_abandon_s() -> float:
+    """RAY_INIT_ABANDON_S, or CGC_RAY_INIT_ABANDON_S from the environment when it is a number."""
+    try:
+        return max(0.0, float(os.environ.get("CGC_RAY_INIT_ABANDON_S", RAY_INIT_ABANDON_S)))
+    except ValueError:
+        return RAY_INIT_ABANDON_S
+
+
 def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
                dashboard: bool = False) -> RayInfo:
     """Make sure this process is connected to Ray; start a sized local one if needed.
@@ -123,8 +136,10 @@ def ensure_ray(plan: pb.Plan, address: str | None, communicator: str = "auto",
         else:
             progress.info("joining the Ray cluster at %s", address)
         # Why held: a SIGINT while Ray starts can crash Ray's IO thread (SIGSEGV); one that
-        # arrives meanwhile is raised as soon as ray.init() has returned.
-        with deferred_interrupts():
+        # arrives meanwhile is raised as soon as ray.init() has returned. In the `cgc`
+        # program, a ray.init() still running RAY_INIT_ABANDON_S after it is abandoned: its
+        # processes (our children) are killed and the program exits with 130 at once.
+        with deferred_interrupts(abandon_after_s=_ray_init_abandon_s()):
             try:
                 ray.init(**kwargs)
             except Exception as exc:  # noqa: BLE001 - surfaced as one clear line

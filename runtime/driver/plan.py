@@ -172,11 +172,14 @@ def load(path: str | os.PathLike[str], *, trust: bool = False) -> Plan:
             lists exactly what would run.
         KeyFileError: the user's key files are malformed or open to other users.
     """
-    from cgc.plan_schema.planfile import open_plan
+    from cgc.plan_schema.planfile import open_plan, open_plan_head
     from cgc.plan_schema.trust import decide, header_refusal, untrusted_error
 
-    # A large plan its envelope already refuses is refused before its graph is parsed.
-    refused = header_refusal(open_plan(path, parse=False), trust=trust)
+    # A large plan its envelope already refuses is refused before its graph is parsed; an
+    # unsigned one before its payload is even read (no signature to check it against).
+    head = open_plan_head(path)
+    refused = header_refusal(head if not head.header.signature else open_plan(path, parse=False),
+                             trust=trust)
     if refused is not None:
         raise refused
     pf = open_plan(path)

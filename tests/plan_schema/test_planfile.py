@@ -246,3 +246,74 @@ def test_a_large_plan_the_header_refuses_is_refused_before_its_graph_is_read(
                        r"unsigned\.\nits header says it holds code .* \(refused from the "
                        r"envelope, before reading its \d+-byte graph"):
         cgc.load(path)
+
+
+def test_the_writer_lists_the_class_modules_in_the_header():
+    plan = _plan()
+    plan.graph.actors.add(name="w1").cls.module = "other.sub"
+    header = _header(write_plan_bytes(plan))
+    assert header.lists_class_modules
+    assert list(header.class_modules) == ["mod", "other.sub"]  # sorted, unique
+
+
+def test_a_header_whose_class_modules_lie_is_a_corrupted_plan(tmp_path):
+    """The list decides refusals before the graph is read, so it must be the graph's."""
+    data = _with_header(write_plan_bytes(_plan()),
+                        lambda h: h.class_modules.__setitem__(0, "numpy"))
+    with pytest.raises(PlanFormatError, match=r"corrupted plan file \(its header lists the "
+                       r"class modules \[numpy\], its graph names \[mod\]\)"):
+        read_plan_bytes(data, "p.cgplan")
+    path = tmp_path / "lies.cgplan"
+    path.write_bytes(data)
+    done = subprocess.run([sys.executable, "-m", "cgc.cli.entry", "check", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_INVALID_PLAN, done.stderr
+    assert "its header lists the class modules [numpy]" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_plan_from_before_the_header_list_is_still_read():
+    """Format 1.7 and older: no list; trust is decided from the graph, as before."""
+    def old(h: pb.PlanHeader) -> None:
+        del h.class_modules[:]
+        h.lists_class_modules = False
+        h.format_version.minor = 7
+
+    data = _with_header(write_plan_bytes(_plan()), old)
+    assert read_plan_bytes(data, "p.cgplan").name == "p"
+    with pytest.raises(UntrustedPlanError, match=r"class mod\.Worker, from a module you do "
+                       r"not trust \(mod\)"):
+        read_plan_bytes(data, "p.cgplan", trust=False)
+
+
+def test_a_large_plan_of_untrusted_classes_is_refused_from_its_header(tmp_path):
+    """An unsigned plan needing no trust whose header lists a module nobody trusts: refused
+    from the envelope. Its graph here is 17 MiB of garbage (with a valid checksum), so
+    reading it would say "corrupted": the refusal never reads it."""
+    import cgc
+    from cgc.plan_schema import trust
+
+    payload = b"\xff" * (trust.DETAIL_BYTES + (1 << 20))
+    header = pb.PlanHeader(format_version=pb.FormatVersion(major=FORMAT_MAJOR, minor=8),
+                           producer="cgc", payload_sha256=hashlib.sha256(payload).digest(),
+                           payload_len=len(payload), name="big", class_modules=["evil_mod"],
+                           lists_class_modules=True)
+    raw = header.SerializeToString(deterministic=True)
+    path = tmp_path / "big.cgplan"
+    path.write_bytes(MAGIC + struct.pack("<I", len(raw)) + raw + payload)
+    want = (r"(?s)plan 'big' is not trusted here: unsigned\.\nits header names classes from "
+            r"modules you do not trust \(evil_mod; `cgc trust add-module evil_mod` trusts them"
+            r".* \(refused from the envelope, before reading its 17,825,792-byte graph")
+    with pytest.raises(UntrustedPlanError, match=want):
+        cgc.load(path)
+    done = subprocess.run([sys.executable, "-m", "cgc.cli.entry", "run", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_INVALID_PLAN, done.stderr
+    assert "its header names classes from modules you do not trust (evil_mod" in done.stderr
+    assert "Traceback" not in done.stderr
+    add_trusted_module("evil_mod")  # trusted: the header decides nothing, the graph is read
+    try:
+        with pytest.raises(PlanFormatError, match=r"corrupted plan file \(bad payload"):
+            cgc.load(path)
+    finally:
+        remove_trusted_module("evil_mod")
