@@ -153,8 +153,10 @@ def compile_ray_dag(
     try:
         # allow_pickle: constants Ray passes by pickle (a torch.dtype, any object) travel
         # pickled here too; the in-memory plan is the user's own, so it needs no signature.
+        # Ray 2.60 compiles a device="gpu" hint towards a reader without a GPU; the read
+        # fails when it runs ("No CUDA GPUs are available"), as Ray's does.
         plan = cgc.compile(dag, name="ray_dag", capacity=capacity, at_capacity="raise",
-                           overlap=overlap, allow_pickle=True)
+                           overlap=overlap, allow_pickle=True, _gpu_hint_without_gpu="run")
     except UnsupportedNodeError:
         raise
     except (CompileError, ConfigError) as exc:

@@ -653,3 +653,24 @@ def test_a_users_default_communicator_is_refused_where_an_edge_uses_it(compiled)
         dag = a.echo.bind(inp)
     c = compiled(dag, _default_communicator=comm_cls(2, [a, b]))
     assert ray.get(c.execute(3)) == 3
+
+
+def test_a_gpu_device_hint_towards_an_actor_without_gpu_fails_when_run_as_in_ray(compiled):
+    """Ray 2.60 compiles ``device="gpu"`` towards a reader without a GPU; the reader's move
+    of the tensor to the GPU fails when the graph runs (a task error in torch's words: "No
+    CUDA GPUs are available" on a GPU host, "Torch not compiled with CUDA enabled" on a
+    CPU-only torch). cgc's own API refuses it at compile time (tests/passes)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the reader must lack CUDA")
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(device="gpu")
+        dag = b.echo.bind(x)
+    c = compiled(dag)  # compiled, as Ray compiles it
+    for _ in range(2):  # each execution fails in the reader, as each does on Ray
+        with pytest.raises(RayTaskError, match="No CUDA GPUs are available|Torch not "
+                           "compiled with CUDA enabled"):
+            ray.get(c.execute(torch.ones(2)), timeout=120)
+    assert ray.get(c.execute(3), timeout=60) == 3  # no tensor: nothing to move
