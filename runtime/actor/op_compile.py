@@ -20,7 +20,7 @@ from cgc.plan_schema.values import decode_value
 from cgc.runtime.actor.loop_state import LoopState
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.comm.collective import concat_rows
-from cgc.runtime.devices import DeviceMoveError, move_to
+from cgc.runtime.devices import DeviceMoveError, DeviceReader, move_to
 from cgc.runtime.errors import DirectReturnError, SetupError, mro_names
 from cgc.runtime.messages import input_attr
 
@@ -68,13 +68,16 @@ class OpCompiler(LoopState):
             derive = [((n, 0), graph.nodes[n].index,
                        graph.nodes[n].field if graph.nodes[n].key_kind == pb.FIELD else None)
                       for n in op.extract]
-            reader = self.actor
+            reader, moves = self.actor, isinstance(self.readers[ch.id], DeviceReader)
 
             def read_or_error() -> Any:
                 try:
                     return read()
                 except DeviceMoveError as exc:  # consumed; the move failed (Ray: the task's)
                     return self._error(exc.__cause__ or exc, f"{reader} (reading)", off)
+
+            if not moves:  # only a device move can fail after the value was read
+                read_or_error = read
 
             if not derive:
                 def do_read() -> None:
