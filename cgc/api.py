@@ -136,6 +136,7 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
     at_capacity: str = "wait",
     _max_inflight_executions: int | None = None,
     _model: Any = None,
+    _gpu_hint_without_gpu: str = "refuse",
 ) -> Any:
     """Compile a DAG into a verified plan in memory.
 
@@ -202,6 +203,7 @@ def compile(  # noqa: A001 - the public name mirrors Ray's experimental_compile
         costs=dict(costs or {}),
         capacity=_capacity(capacity, _max_inflight_executions),
         at_capacity=at_capacity,
+        gpu_hint_without_gpu=_gpu_hint_without_gpu,  # "run": cgc.ray_compat (Ray's rule)
     )
     lowered = passes.lower(proto, options)
     return Plan(lowered, live_handles=traced.live_handles, classes=traced.classes)

@@ -174,10 +174,10 @@ def open_host_writer(ch: pb.Channel, prefix: str, *, tcp: bool, secret: bytes,
 def open_host_reader(ch: pb.Channel, prefix: str, reader: str,
                      addr: tuple[str, int] | None, *, secret: bytes,
                      spin_us: float = 0.0, timeout: float = 10.0,
-                     max_frame_bytes: int | None = None) -> Any:
+                     max_frame_bytes: int | None = None, reader_has_gpu: bool = True) -> Any:
     """Endpoint ``reader`` of host channel ``ch``: TCP to ``addr`` when given (proving
     ``secret``), else the shared-memory ring; moving tensors to ``ch.device`` when the
-    plan names one.
+    plan names one (``reader_has_gpu``: ``devices.with_device``'s).
 
     Raises:
         ChannelTimeoutError: the writer did not appear within ``timeout``.
@@ -191,7 +191,7 @@ def open_host_reader(ch: pb.Channel, prefix: str, reader: str,
                               max_frame_bytes=max_frame_bytes)
     else:
         end = open_reader(ch, prefix, reader, spin_us=spin_us, timeout=timeout)
-    return with_device(end, ch)
+    return with_device(end, ch, reader_has_gpu)
 
 
 def poison_channel(prefix: str, cid: int) -> bool:

@@ -40,6 +40,10 @@ class LowerOptions:
             ``"raise"`` (it raises at once, as Ray Compiled Graph does); written to
             ``config.at_capacity``.
         limits: the bounds the plan must keep (``cgc.plan_schema.defaults.LIMITS``).
+        gpu_hint_without_gpu: what a ``device="gpu"`` hint towards a reader without a GPU
+            gets: ``"refuse"`` (cgc's compile-time error) or ``"run"`` (Ray 2.60's rule,
+            for ``cgc.ray_compat``: the edge is compiled and the reader's move to the GPU
+            fails when it runs, where Ray's does).
     """
 
     overlap: bool | None = None
@@ -49,6 +53,7 @@ class LowerOptions:
     capacity: int | None = None
     at_capacity: str = "wait"
     limits: Limits = LIMITS
+    gpu_hint_without_gpu: str = "refuse"
 
 
 @dataclass

@@ -85,7 +85,8 @@ def _decide(
         return pb.NCCL, "nccl hint", device
     if want == pb.AUTO and a in gpu and b in gpu and device != pb.CPU:
         return pb.NCCL, "auto hint between GPU actors", device
-    if device == pb.GPU and b != DRIVER and b not in gpu:
+    if (device == pb.GPU and b != DRIVER and b not in gpu
+            and state.options.gpu_hint_without_gpu == "refuse"):
         raise CompileError(
             f"{where(graph, src)} -> {where(graph, dst)}: device=gpu hint, but reader "
             f"{b!r} has no GPU ({_held(graph, b)}){_hint_where(hint)}; "

@@ -24,6 +24,7 @@ import contextlib
 import threading
 from typing import Any
 
+from cgc.ray_compat.communicators import CustomCommunicatorError
 from cgc.ray_compat.compiled import CompiledDAG, compile_ray_dag
 from cgc.ray_compat.errors import to_ray_error
 from cgc.ray_compat.refs import CgcDAGFuture, CgcDAGRef
@@ -37,6 +38,7 @@ __all__ = [
     "CgcDAGFuture",
     "compile_ray_dag",
     "to_ray_error",
+    "CustomCommunicatorError",
 ]
 
 _LOCK = threading.Lock()

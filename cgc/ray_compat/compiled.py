@@ -15,8 +15,10 @@ Ray                              cgc
 ``_overlap_gpu_communication``   ``compile(overlap=)``
 ``_default_communicator``        ``"create"`` or a ``Communicator`` object (its actors are
                                  checked as Ray checks them; cgc binds its own communicator
-                                 among them): ``communicator="auto"``; None: an accelerator
-                                 edge without a communicator of its own is refused (Ray's)
+                                 among them where it stands in for Ray's class, else
+                                 ``CustomCommunicatorError``: communicators.py):
+                                 ``communicator="auto"``; None: an accelerator edge without
+                                 a communicator of its own is refused (Ray's)
 ``DAGContext.get_timeout``       ``start(get_timeout=)``; ``teardown_timeout`` likewise
 ===============================  ==========================================================
 
@@ -45,6 +47,7 @@ from cgc.ray_compat.checks import (
     check_compile_args,
     check_ray_dag,
 )
+from cgc.ray_compat.communicators import refuse_custom_communicators
 from cgc.ray_compat.errors import RayWords, to_ray_error
 from cgc.ray_compat.refs import FOREVER_S, CgcDAGFuture, CgcDAGRef
 from cgc.runtime.errors import CgcError
@@ -121,6 +124,8 @@ def compile_ray_dag(
             cgc checks (cgc's message, naming the node and its ``.bind()`` line), or a
             setting is out of range.
         NotImplementedError: the DAG holds a remote function (as Ray).
+        cgc.ray_compat.CustomCommunicatorError: an edge or collective runs on a user's own
+            ``Communicator`` class, which cgc cannot run (a ``ValueError``).
         cgc.runtime.PlacementError / SetupError: the graph could not start.
     """
     from ray.dag import DAGContext
@@ -136,6 +141,11 @@ def compile_ray_dag(
         ray_dag = check_ray_dag(dag, default_communicator=_default_communicator)
     except CompileError as exc:  # a live actor that cannot say what it holds (cgc's words)
         raise ValueError(str(exc)) from exc
+    # After Ray's checks of the communicators: a user's own Communicator class is refused,
+    # never silently replaced by cgc's (communicators.py).
+    refuse_custom_communicators(ray_dag.tasks, _default_communicator,
+                                [n for n, hint, _ in ray_dag.auto
+                                 if hint.requires_accelerator()])
     capacity = _max_inflight_executions or ctx.max_inflight_executions
     overlap = _overlap_gpu_communication
     if overlap is None:
@@ -143,8 +153,10 @@ def compile_ray_dag(
     try:
         # allow_pickle: constants Ray passes by pickle (a torch.dtype, any object) travel
         # pickled here too; the in-memory plan is the user's own, so it needs no signature.
+        # Ray 2.60 compiles a device="gpu" hint towards a reader without a GPU; the read
+        # fails when it runs ("No CUDA GPUs are available"), as Ray's does.
         plan = cgc.compile(dag, name="ray_dag", capacity=capacity, at_capacity="raise",
-                           overlap=overlap, allow_pickle=True)
+                           overlap=overlap, allow_pickle=True, _gpu_hint_without_gpu="run")
     except UnsupportedNodeError:
         raise
     except (CompileError, ConfigError) as exc:

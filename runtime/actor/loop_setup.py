@@ -13,6 +13,7 @@ from typing import Any
 from cgc.plan_schema import plan_pb2 as pb
 from cgc.plan_schema.defaults import ring_slot_bytes
 from cgc.runtime.actor.loop_state import LoopState
+from cgc.runtime.devices import plan_gives_gpu
 from cgc.runtime.endpoints import communicator_prefix, open_host_reader, open_host_writer
 from cgc.runtime.errors import SetupError
 from cgc.runtime.messages import PING, Ping
@@ -91,11 +92,13 @@ class LoopSetup(LoopState):
                                nccl_ids: dict[int, bytes] | None = None) -> None:
         # Connect first, accept after: every writer already listens (round 2), so connects
         # complete from the listen backlog and no two actors wait on each other here.
+        me = next((a for a in self.plan.graph.actors if a.name == self.actor), None)
         for ch in self.my_channels()[1]:
             self.readers[ch.id] = open_host_reader(ch, self.prefix, self.actor,
                                                    addrs.get(ch.id), secret=self.opts.secret,
                                                    spin_us=self.spin_us, timeout=timeout,
-                                                   max_frame_bytes=self.opts.max_frame_bytes)
+                                                   max_frame_bytes=self.opts.max_frame_bytes,
+                                                   reader_has_gpu=me is None or plan_gives_gpu(me))
         self._attach_bells()
         for cid, w in self.writers.items():
             if cid in addrs:

@@ -20,7 +20,7 @@ from cgc.plan_schema.values import decode_value
 from cgc.runtime.actor.loop_state import LoopState
 from cgc.runtime.channels.errors import ChannelClosedError, ChannelTimeoutError, ErrorValue
 from cgc.runtime.comm.collective import concat_rows
-from cgc.runtime.devices import move_to
+from cgc.runtime.devices import DeviceMoveError, DeviceReader, move_to
 from cgc.runtime.errors import DirectReturnError, SetupError, mro_names
 from cgc.runtime.messages import input_attr
 
@@ -68,14 +68,29 @@ class OpCompiler(LoopState):
             derive = [((n, 0), graph.nodes[n].index,
                        graph.nodes[n].field if graph.nodes[n].key_kind == pb.FIELD else None)
                       for n in op.extract]
+            reader, moves = self.actor, isinstance(self.readers[ch.id], DeviceReader)
+
+            def read_or_error() -> Any:
+                try:
+                    return read()
+                except DeviceMoveError as exc:  # consumed; the move failed (Ray: the task's)
+                    return self._error(exc.__cause__ or exc, f"{reader} (reading)", off)
+
+            if not moves:  # only a device move can fail after the value was read
+                read_or_error = read
+
             if not derive:
                 def do_read() -> None:
-                    tabs[off][key] = read()
+                    tabs[off][key] = read_or_error()
                 return do_read
 
             def do_read_whole() -> None:
                 tab = tabs[off]
-                whole = tab[key] = read()
+                whole = tab[key] = read_or_error()
+                if isinstance(whole, ErrorValue):
+                    for akey, _, _ in derive:
+                        tab[akey] = whole
+                    return
                 for akey, index, field in derive:
                     try:
                         tab[akey] = input_attr(whole, index, field)

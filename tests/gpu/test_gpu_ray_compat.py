@@ -87,3 +87,19 @@ def test_a_broken_direct_return_is_rays_value_error_then_the_graph_is_down(trans
 def test_auto_hints_show_rays_resolved_type_after_compile(transport):
     rep = progs.run_auto_resolved(0.5)  # one shared GPU: Ray resolves to host memory
     assert rep.outputs == rep.reference
+
+
+def test_device_placement_as_in_ray():
+    """Ray 2.60's device rules (test_torch_tensor_transport.py): CPU tensors in a dict sent
+    with ``device="gpu"``/``"cuda"`` arrive on cuda:0, from a worker and from the driver's
+    input; ``device="cuda"`` towards an actor without a GPU compiles, and the execution
+    fails in the reader with torch's "No CUDA GPUs are available" (a RayTaskError) where
+    Ray hid the GPU from that actor (where it did not, the move succeeds, as on Ray)."""
+    out = progs.run_device_placement(0.5)
+    assert out["worker_to_gpu_worker"] == {"cpu_tensor": "cuda:0", "gpu_tensor": "cuda:0"}
+    assert out["driver_to_gpu_worker"] == {"cpu_tensor": "cuda:0"}
+    if out["cpu_worker_sees_cuda"]:
+        assert out["worker_to_cpu_worker"] == {"cpu_tensor": "cuda:0"}, out
+    else:
+        kind, text = out["worker_to_cpu_worker"]
+        assert "RayTaskError" in kind and "No CUDA GPUs are available" in text, out

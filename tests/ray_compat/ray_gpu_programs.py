@@ -397,3 +397,56 @@ PROGRAMS = {
     "auto_needs_communicator_one": lambda: run_auto_needs_communicator(1),
     "auto_needs_communicator_half": lambda: run_auto_needs_communicator(0.5),
 }
+
+
+class Placement:
+    """Ray's device-placement tests' actor: dicts of tensors made on a device, and where
+    the tensors of what it reads arrived."""
+
+    def send_dict(self, devices: dict[str, str]) -> dict[str, torch.Tensor]:
+        return {k: torch.ones(4, device=d) for k, d in devices.items()}
+
+    def dict_devices(self, tensors: dict[str, torch.Tensor]) -> dict[str, str]:
+        return {k: str(v.device) for k, v in tensors.items()}
+
+    def sees_cuda(self) -> bool:
+        return torch.cuda.is_available()
+
+
+def run_device_placement(num_gpus: float) -> dict[str, Any]:
+    """Ray 2.60's rules for ``device=`` (its test_torch_tensor_transport.py), through the
+    drop-in; the actors are killed after. Returns {case: the reader's devices, or the
+    error's type name and text}: a dict holding a CPU tensor sent with ``device="gpu"``
+    (worker to worker, and from the driver's input) arrives on ``cuda:0``;
+    ``device="cuda"`` towards an actor Ray gave no GPU compiles, and fails when run where
+    that actor sees no CUDA (as Ray's reader fails; one that sees it gets cuda:0)."""
+    P = ray.remote(num_gpus=num_gpus)(Placement)
+    cpu_only = ray.remote(num_gpus=0)(Placement)
+    a, b, c = P.remote(), P.remote(), cpu_only.remote()
+    out: dict[str, Any] = {"cpu_worker_sees_cuda": ray.get(c.sees_cuda.remote())}
+    cases = {}
+    with InputNode() as inp:
+        cases["worker_to_gpu_worker"] = b.dict_devices.bind(
+            a.send_dict.bind(inp).with_tensor_transport(device="gpu"))
+    with InputNode() as inp:
+        cases["driver_to_gpu_worker"] = b.dict_devices.bind(
+            inp.with_tensor_transport(device="cuda"))
+    with InputNode() as inp:
+        cases["worker_to_cpu_worker"] = c.dict_devices.bind(
+            a.send_dict.bind(inp).with_tensor_transport(device="cuda"))
+    args = {"worker_to_gpu_worker": {"cpu_tensor": "cpu", "gpu_tensor": "cuda"},
+            "driver_to_gpu_worker": {"cpu_tensor": torch.ones(2)},
+            "worker_to_cpu_worker": {"cpu_tensor": "cpu"}}
+    try:
+        for name, dag in cases.items():
+            compiled = dag.experimental_compile()
+            try:
+                out[name] = ray.get(compiled.execute(args[name]), timeout=120)
+            except Exception as exc:  # noqa: BLE001 - the case's outcome
+                out[name] = [type(exc).__name__, str(exc)]
+            finally:
+                compiled.teardown()
+    finally:
+        for h in (a, b, c):
+            ray.kill(h)
+    return out

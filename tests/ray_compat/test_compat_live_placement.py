@@ -62,12 +62,17 @@ def test_nccl_edge_from_a_live_actor_without_gpu_names_the_actor_and_line(pair):
     assert "Cls.options(num_gpus=1).remote()" in msg
 
 
-def test_device_gpu_hint_to_a_live_actor_without_gpu_is_refused(pair):
+def test_device_gpu_hint_to_a_live_actor_without_gpu_is_refused_by_cgcs_own_api(pair):
+    """cgc's own API refuses it at compile time; the drop-in compiles it as Ray 2.60 does
+    (test_ray_compat.py: ..._fails_when_run_as_in_ray)."""
+    import cgc
+    from cgc.errors import CompileError
+
     a, b = pair
     with InputNode() as inp:
         dag = b.echo.bind(a.echo.bind(inp).with_tensor_transport(device="gpu"))
-    with pytest.raises(ValueError, match="device=gpu hint, but reader 'counter1' has no GPU"):
-        dag.experimental_compile()
+    with pytest.raises(CompileError, match="device=gpu hint, but reader 'counter1' has no GPU"):
+        cgc.compile(dag)
 
 
 def test_a_dead_live_actor_is_named_at_compile_time():

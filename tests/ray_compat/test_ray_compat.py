@@ -588,3 +588,89 @@ def test_app_error_on_a_cpu_communicator_edge_leaves_the_graph_usable_as_in_ray(
         ray.get(c.execute(torch.tensor([-1.0])), timeout=60)
     assert isinstance(info.value, AppError)
     assert ray.get(c.execute(torch.tensor([2.0])), timeout=60) == torch.tensor([2.0])
+
+
+def _plus_one_communicator() -> type:
+    """A user's Communicator, as Ray's custom-communicator tests write one: Ray's CPU
+    communicator whose allreduce adds 1 (cgc's own communicator would not)."""
+    from ray.experimental.channel.cpu_communicator import CPUCommunicator
+
+    class PlusOneCommunicator(CPUCommunicator):
+        def allreduce(self, send_buf, recv_buf, op=None):  # type: ignore[no-untyped-def]
+            super().allreduce(send_buf, recv_buf, op)
+            recv_buf += 1
+
+    return PlusOneCommunicator
+
+
+def test_a_users_communicator_on_a_collective_is_refused_naming_it():
+    """cgc cannot run a user's Communicator class: refused, never replaced by cgc's own
+    (which would silently drop the user's +1)."""
+    from ray.experimental.collective import allreduce
+
+    comm_cls = _plus_one_communicator()
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        xs = [a.add.bind(inp, 0), b.add.bind(inp, 1)]
+        ra, rb = allreduce.bind(xs, transport=comm_cls(2, [a, b]))
+        dag = MultiOutputNode([a.echo.bind(ra), b.echo.bind(rb)])
+    with pytest.raises(cgc.ray_compat.CustomCommunicatorError,
+                       match=r"^DAG node the collective allreduce\.ReduceOp\.SUM \(bound at "
+                       r"test_ray_compat\.py:[0-9]+\) uses a communicator of class "
+                       r".*PlusOneCommunicator \(passed as its transport\)"):
+        dag.experimental_compile()
+    assert issubclass(cgc.ray_compat.CustomCommunicatorError, ValueError)
+
+
+def test_a_users_communicator_on_an_edge_is_refused_after_rays_checks():
+    comm_cls = _plus_one_communicator()
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:  # Ray's own check of the object comes first, in Ray's words
+        x = a.echo.bind(inp).with_tensor_transport(transport=comm_cls(1, [a]))
+        dag = b.echo.bind(x)
+    with pytest.raises(ValueError, match="^The passed-in communicator must include all of "
+                       "the actors used in the P2P operation"):
+        dag.experimental_compile()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(transport=comm_cls(2, [a, b]))
+        dag = b.echo.bind(x)
+    with pytest.raises(cgc.ray_compat.CustomCommunicatorError,
+                       match=r"^DAG node Counter\.echo \(bound at test_ray_compat\.py:[0-9]+\) "
+                       r"uses a communicator of class .*PlusOneCommunicator"):
+        dag.experimental_compile()
+
+
+def test_a_users_default_communicator_is_refused_where_an_edge_uses_it(compiled):
+    comm_cls = _plus_one_communicator()
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(transport="nccl")
+        dag = b.echo.bind(x)
+    with pytest.raises(cgc.ray_compat.CustomCommunicatorError,
+                       match=r"PlusOneCommunicator \(passed as _default_communicator\)"):
+        dag.experimental_compile(_default_communicator=comm_cls(2, [a, b]))
+    with InputNode() as inp:  # no edge uses the default: nothing to refuse (Ray uses none)
+        dag = a.echo.bind(inp)
+    c = compiled(dag, _default_communicator=comm_cls(2, [a, b]))
+    assert ray.get(c.execute(3)) == 3
+
+
+def test_a_gpu_device_hint_towards_an_actor_without_gpu_fails_when_run_as_in_ray(compiled):
+    """Ray 2.60 compiles ``device="gpu"`` towards a reader without a GPU; the reader's move
+    of the tensor to the GPU fails when the graph runs (a task error in torch's words: "No
+    CUDA GPUs are available" on a GPU host, "Torch not compiled with CUDA enabled" on a
+    CPU-only torch). cgc's own API refuses it at compile time (tests/passes)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the reader must lack CUDA")
+    a, b = Counter.remote(), Counter.remote()
+    with InputNode() as inp:
+        x = a.echo.bind(inp).with_tensor_transport(device="gpu")
+        dag = b.echo.bind(x)
+    c = compiled(dag)  # compiled, as Ray compiles it
+    for _ in range(2):  # each execution fails in the reader, as each does on Ray
+        with pytest.raises(RayTaskError, match="No CUDA GPUs are available|Torch not "
+                           "compiled with CUDA enabled"):
+            ray.get(c.execute(torch.ones(2)), timeout=120)
+    assert ray.get(c.execute(3), timeout=60) == 3  # no tensor: nothing to move

@@ -7,7 +7,7 @@ import torch
 import cgc
 from cgc import InputNode
 from cgc.plan_schema import plan_pb2 as pb
-from cgc.runtime.devices import DeviceReader, move_to, with_device
+from cgc.runtime.devices import DeviceMoveError, DeviceReader, move_to, plan_gives_gpu, with_device
 
 
 class _FakeReader:
@@ -37,6 +37,26 @@ def test_with_device_wraps_only_when_asked():
     assert plain.closed
     if not torch.cuda.is_available():  # CPU-only runs of GPU plans keep tensors on the CPU
         assert with_device(plain, pb.Channel(device=pb.GPU)) is plain
+
+
+def test_a_reader_the_plan_gives_no_gpu_moves_anyway_and_the_failure_is_typed():
+    """A reader without a GPU (only Ray programs through cgc.ray_compat compile one) moves
+    to "cuda" as Ray's does; where torch cannot, the read raises DeviceMoveError with
+    torch's error as its cause (the actor loop turns it into the task's error)."""
+    assert plan_gives_gpu(pb.Actor(options=pb.ActorOptions(num_gpus=1)))
+    live = pb.Actor(external=pb.ExternalActor(actor_id="ab"))
+    live.external.placement.observed = True
+    assert not plan_gives_gpu(live) and not plan_gives_gpu(pb.Actor())
+    plain = _FakeReader(torch.ones(2))
+    wrapped = with_device(plain, pb.Channel(device=pb.GPU), reader_has_gpu=False)
+    assert isinstance(wrapped, DeviceReader)
+    if not torch.cuda.is_available():
+        try:
+            wrapped.read()
+        except DeviceMoveError as exc:
+            assert exc.__cause__ is not None and "cuda" in str(exc)
+        else:
+            raise AssertionError("a move to cuda without CUDA succeeded")
 
 
 @cgc.actor
