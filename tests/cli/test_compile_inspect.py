@@ -39,10 +39,13 @@ def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int, *needl
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_every_example_compiles_deterministically_inspects_and_checks(example, tmp_path):
-    first, second = tmp_path / "a.cgplan", tmp_path / "b.cgplan"
-    for out in (first, second):  # two fresh processes
-        proc = cgc("compile", str(ROOT / "examples" / example), "-o", str(out))
+def test_every_example_compiles_deterministically_inspects_and_checks(
+        compiled_example, example, tmp_path):
+    # two fresh processes: the session's compile of the example (other tests run its plan)
+    # and one of this test's own
+    first, second = compiled_example(example)[0], tmp_path / "b.cgplan"
+    for proc in (compiled_example(example)[1],
+                 cgc("compile", str(ROOT / "examples" / example), "-o", str(second))):
         assert proc.returncode == 0, proc.stderr
         assert "compiled" in proc.stdout and "actors" in proc.stdout
         assert "never used" not in proc.stderr, proc.stderr

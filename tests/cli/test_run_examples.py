@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,26 +89,23 @@ def _close(a, b) -> bool:
     return a == b
 
 
+@pytest.fixture
+def compiled_plan(compiled_example) -> Callable[[str], Path]:
+    """``compiled_plan(name)``: ``examples/<name>.py`` compiled by `cgc compile`, the
+    session's copy (these tests only read the plan file)."""
+
+    def plan_of(example: str) -> Path:
+        plan, proc = compiled_example(f"{example}.py")
+        assert proc.returncode == 0, proc.stderr
+        return plan
+
+    return plan_of
+
+
 @pytest.mark.parametrize("example", sorted(EXPECTED))
-def test_example_runs_with_right_outputs(ray_address, example, tmp_path):
-    plan = tmp_path / f"{example}.cgplan"
+def test_example_runs_with_right_outputs(ray_address, compiled_plan, example):
+    plan = compiled_plan(example)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    compiled = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cgc.cli.main",
-            "compile",
-            str(ROOT / "examples" / f"{example}.py"),
-            "-o",
-            str(plan),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert compiled.returncode == 0, compiled.stderr
     # Join the test session's cluster rather than starting one per example.
     ran = subprocess.run(
         [
@@ -136,14 +134,11 @@ def test_example_runs_with_right_outputs(ray_address, example, tmp_path):
 
 
 @pytest.mark.parametrize("example", ["allreduce", "pipeline_nccl"])
-def test_gpu_example_runs_with_communicator_cpu(ray_address, example, tmp_path):
+def test_gpu_example_runs_with_communicator_cpu(ray_address, compiled_plan, example):
     """`cgc run --communicator cpu` runs a GPU plan anywhere (here, and on a machine with
     fewer GPUs than the plan asks for) and reports how each communicator was bound."""
-    plan = tmp_path / f"{example}.cgplan"
+    plan = compiled_plan(example)
     cli = [sys.executable, "-m", "cgc.cli.main"]
-    compiled = subprocess.run([*cli, "compile", str(ROOT / "examples" / f"{example}.py"),
-                               "-o", str(plan)], capture_output=True, text=True, timeout=120)
-    assert compiled.returncode == 0, compiled.stderr
     ran = subprocess.run([*cli, "run", str(plan), "--iters", "3", "--warmup", "0",
                           "--address", ray_address, "--communicator", "cpu", "--json"],
                          capture_output=True, text=True, timeout=180)
