@@ -7,9 +7,7 @@ janitor makes "nothing left" hold within about a second of the last actor's deat
 later start and no monitor.
 
 How: the first ``watch()`` in a driver process starts ``python -S <this file> DIR`` in its
-own session, with a pipe to its stdin; that process forks the janitor and exits, so the
-janitor is no child of the driver (Ray kills a dead worker's children, and a graph compiled
-inside an actor has the actor for its driver). The driver writes one line per graph, ``graph
+own session, with a pipe to its stdin. The driver writes one line per graph, ``graph
 PREFIX PID...`` (the PIDs of the graph's actors on this node), and ``done PREFIX`` after a
 teardown. The janitor only reads; end of file on the pipe means the driver is gone, however
 it ended (the kernel closes the pipe for a killed process too). Then, for every graph not
@@ -66,57 +64,30 @@ class _Janitor:
 
     def __init__(self, seg_dir: str) -> None:
         r, w = os.pipe()  # both non-inheritable (PEP 446): only the dup2 below reaches it
-        pid_r, pid_w = os.pipe()  # the janitor's own PID comes back here (see _detach)
         try:
             null = os.devnull
-            self.spawned = os.posix_spawn(
+            self.pid = os.posix_spawn(
                 sys.executable,
                 [sys.executable, "-S", "-E", os.path.abspath(__file__), seg_dir],
                 os.environ,
                 file_actions=[(os.POSIX_SPAWN_DUP2, r, 0),
-                              (os.POSIX_SPAWN_DUP2, pid_w, 1),
+                              (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
                               (os.POSIX_SPAWN_OPEN, 2, null, os.O_WRONLY, 0)],
                 setsid=True)  # its own session: a ^C in the driver's terminal spares it
         except BaseException:
             os.close(w)
-            os.close(pid_r)
             raise
         finally:
             os.close(r)
-            os.close(pid_w)
         self.fd = w
-        self._pid_fd = pid_r
-        self._pid: int | None = None
-        self._start: int | None = None
-
-    @property
-    def pid(self) -> int:
-        """The janitor's PID (the spawned process forks it and exits: read once, lazily,
-        so starting a graph never waits for the janitor's interpreter)."""
-        if self._pid is None:
-            from cgc.runtime.channels.procs import start_time
-
-            got = b""
-            try:
-                while chunk := os.read(self._pid_fd, 64):
-                    got += chunk
-            finally:
-                os.close(self._pid_fd)
-            try:
-                os.waitpid(self.spawned, 0)  # the intermediate exited at once
-            except ChildProcessError:
-                pass
-            text = got.decode("ascii", "replace").strip()
-            self._pid = int(text) if text.isdigit() else self.spawned
-            self._start = start_time(self._pid)
-        return self._pid
 
     def alive(self) -> bool:
-        """False once the janitor exited."""
-        from cgc.runtime.channels.procs import start_time
-
-        pid = self.pid
-        return self._start is not None and start_time(pid) == self._start
+        """False once the janitor exited (it is then reaped here)."""
+        try:
+            pid, _status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): gone
+            return False
+        return pid == 0
 
     def send(self, data: bytes) -> None:
         """Write all of ``data`` to the janitor's stdin (OSError: it is gone)."""
@@ -126,11 +97,10 @@ class _Janitor:
 
     def drop(self) -> None:
         """Close our end of a dead janitor's pipe."""
-        for fd in (self.fd, self._pid_fd if self._pid is None else -1):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
 
 
 # ------------------------------------------------------------------ driver side
@@ -225,21 +195,6 @@ def _unlink_under(dfd: int, prefixes: tuple[str, ...]) -> int:
     return left
 
 
-def _detach() -> None:
-    """Fork the janitor off the process the driver spawned, which exits at once: the
-    janitor is then no child of the driver. Ray kills a dead worker's child processes
-    (``RAY_kill_child_processes_on_worker_exit``, on by default), and a graph compiled
-    inside an actor has that actor for its driver: as its child, the janitor would die
-    with it and leave the graph's segments. The janitor tells the driver its PID on
-    stdout, then points stdout at /dev/null."""
-    if os.fork() != 0:
-        os._exit(0)
-    os.write(1, f"{os.getpid()}\n".encode())
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.close(null)
-
-
 def _main(seg_dir: str) -> int:
     from procs import start_time  # type: ignore[import-not-found]  # run as a script
 
@@ -283,5 +238,4 @@ def _main(seg_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    _detach()
     sys.exit(_main(sys.argv[1]))
