@@ -11,7 +11,8 @@ communicator class (exact type)            drop-in
 =========================================  =============================================
 ``ray...cpu_communicator.CPUCommunicator``  cgc's CPU communicator / host memory (same
                                             results)
-``ray...nccl_group._NcclGroup``             cgc's NCCL (same results)
+``ray...nccl_group._NcclGroup`` (any class  cgc's NCCL (same results)
+defined in Ray's own package)
 any other class (a user's ``Communicator``  refused at compile time with
 subclass, or a subclass of the above)       ``CustomCommunicatorError`` naming the class
                                             and the node, after Ray's own checks of it
@@ -51,14 +52,6 @@ class CustomCommunicatorError(CompileError, ValueError):
     """
 
 
-def _ray_classes() -> tuple[type, ...]:
-    """Ray's own communicator classes whose results cgc's communicators reproduce."""
-    from ray.experimental.channel.cpu_communicator import CPUCommunicator
-    from ray.experimental.channel.nccl_group import _NcclGroup
-
-    return (CPUCommunicator, _NcclGroup)
-
-
 def stands_in_for(comm: Any) -> bool:
     """Whether cgc's own communicator gives the same results as ``comm`` (Ray's own
     classes, exactly: a subclass may change what they compute).
@@ -67,10 +60,11 @@ def stands_in_for(comm: Any) -> bool:
         >>> stands_in_for(object())
         False
 
-    Raises:
-        ImportError: Ray is not installed.
+    Raises nothing (reads only the type's module).
     """
-    return type(comm) in _ray_classes()
+    # Ray's own classes are those defined in Ray's package: its CPUCommunicator and its NCCL
+    # group. Read off the type's module, so the drop-in imports none of Ray's private names.
+    return type(comm).__module__.partition(".")[0] == "ray"
 
 
 def _needs_communicator(node: Any) -> bool:

@@ -200,7 +200,9 @@ def run_device_hints(num_gpus: float) -> Report:
     a, b = S.remote(0), S.remote(1)
     with InputNode() as inp:
         t = a.fwd.bind(inp)
-        to_cpu = a.fwd.bind(inp).with_tensor_transport(device="cpu")
+        # "shm", not auto: Ray resolves auto between actors on two (logical) GPUs to the
+        # accelerator and then refuses device="cpu"; on one GPU to host memory.
+        to_cpu = a.fwd.bind(inp).with_tensor_transport("shm", device="cpu")
         to_gpu = a.fwd.bind(inp).with_tensor_transport("shm", device="gpu")
         to_cuda = a.fwd.bind(inp).with_tensor_transport(device="cuda")
         kept = t.with_tensor_transport("nccl", device="default")

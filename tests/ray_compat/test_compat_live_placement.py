@@ -51,6 +51,7 @@ def test_nccl_edge_from_a_live_actor_without_gpu_names_the_actor_and_line(pair):
     """The drop-in raises Ray 2.60's own ValueError (issue 48 item 7); cgc's own API names
     the actor, the line and the remedy."""
     import cgc
+    from cgc.errors import CompileError
 
     a, b = pair
     with InputNode() as inp:
@@ -58,7 +59,7 @@ def test_nccl_edge_from_a_live_actor_without_gpu_names_the_actor_and_line(pair):
         dag = b.echo.bind(x)
     with pytest.raises(ValueError, match="does not have an accelerator assigned by Ray"):
         dag.experimental_compile()
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(CompileError) as info:
         cgc.compile(dag)
     msg = str(info.value)
     assert "nccl transport hint, but actor 'counter0' has no GPU" in msg
