@@ -50,7 +50,6 @@ from cgc.ray_compat.checks import (
 from cgc.ray_compat.communicators import refuse_custom_communicators
 from cgc.ray_compat.errors import RayWords, to_ray_error
 from cgc.ray_compat.refs import FOREVER_S, CgcDAGFuture, CgcDAGRef
-from cgc.ray_compat.schedule import execution_schedule
 from cgc.runtime.errors import CgcError
 
 __all__ = ["CompiledDAG", "compile_ray_dag"]
@@ -208,8 +207,6 @@ class CompiledDAG:
         self._get_timeout = graph.get_timeout
         self._torn_down = False
         self._breaks_on_error = _breaks_on_error(ray_dag)
-        # Ray's private per-actor schedule, read off the plan's programs (schedule.py).
-        self.actor_to_execution_schedule = execution_schedule(plan)
         # As Ray's ray.shutdown() does with its compiled graphs' actors (kill_actors=True).
         graph.kill_with_session(list(plan.live_handles.values()))
 

@@ -102,12 +102,6 @@ class Report:
     comm_stream_ops: int = 0                             # ops the plan puts on the comm stream
     alive_after: bool = False                            # every live actor outlived teardown
     held: dict[str, list[str]] = field(default_factory=dict)  # actor -> GPU ids in the plan
-    # actor_to_execution_schedule, looked up with the user's handles: name -> [[idx, type]]
-    schedule: dict[str, list[list[Any]]] = field(default_factory=dict)
-    # the plan: actor -> one execution of its program ([[op kind, node id]]: prologue, then
-    # the loop's ops of the same execution), and node id -> [actor, method, bind_index]
-    programs: dict[str, list[list[Any]]] = field(default_factory=dict)
-    nodes: dict[str, list[Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -304,73 +298,6 @@ def run_overlap(num_gpus: float, overlap: bool) -> Report:
     return rep
 
 
-class PPWorker:
-    """Ray's 1F1B test's worker (``test_execution_schedule_gpu.py``), with a forward and a
-    backward that change the value, so each stage's work shows in the result."""
-
-    def read_input(self, x: Any) -> torch.Tensor:
-        return torch.as_tensor(x, dtype=torch.float32).to(device())
-
-    def fwd(self, t: torch.Tensor) -> torch.Tensor:
-        return t * 2
-
-    def bwd(self, t: torch.Tensor) -> torch.Tensor:
-        return t + 1
-
-    def ping(self) -> str:
-        return "alive"
-
-
-def run_pp_1f1b(num_gpus: float) -> Report:
-    """Ray's ``test_simulate_pp_2workers_2batches_1f1b`` graph (two workers, two batches,
-    NCCL edges between them), with Ray's private ``actor_to_execution_schedule`` read
-    through the user's handles, next to the plan's programs."""
-    from cgc.plan_schema import plan_pb2 as pb
-
-    W = ray.remote(num_gpus=num_gpus)(PPWorker)
-    w1, w2 = W.remote(), W.remote()
-    with InputNode() as inp:
-        w1_input = w1.read_input.bind(inp)
-        batch_1 = w1.fwd.bind(w1_input).with_tensor_transport(transport="nccl")
-        batch_2 = w1.fwd.bind(w1_input).with_tensor_transport(transport="nccl")
-        batch_1 = w2.fwd.bind(batch_1)
-        batch_1 = w2.bwd.bind(batch_1).with_tensor_transport(transport="nccl")
-        batch_2 = w2.fwd.bind(batch_2)
-        batch_1 = w1.bwd.bind(batch_1)
-        batch_2 = w2.bwd.bind(batch_2).with_tensor_transport(transport="nccl")
-        batch_2 = w1.bwd.bind(batch_2)
-        dag = MultiOutputNode([batch_1, batch_2])
-    compiled = dag.experimental_compile()
-    rep = Report()
-    try:
-        sched = compiled.actor_to_execution_schedule
-        rep.schedule = {name: [[op.exec_task_idx, op.type.name, op.method_name] for op in sched[h]]
-                        for name, h in (("w1", w1), ("w2", w2))}
-        proto = compiled.plan.proto
-        names = {a: ("w1" if h == w1 else "w2") for a, h in compiled.plan.live_handles.items()}
-        rep.programs = {
-            names[p.actor]: [[pb.OpKind.Name(o.kind), o.task] for o in
-                             [*p.prologue, *(o for o in p.ops if o.exec_offset == 0)]]
-            for p in proto.lowered.programs}
-        rep.nodes = {str(n.id): [names.get(n.actor, ""), n.method, n.bind_index]
-                     for n in proto.graph.nodes}
-        for x in INPUTS:
-            rep.outputs.append(_tolist(ray.get(compiled.execute(x), timeout=120)))
-    finally:
-        compiled.teardown()
-    local = PPWorker()
-    for x in INPUTS:
-        v = local.read_input(x)
-        rep.reference.append([local.bwd(local.bwd(local.fwd(local.fwd(v)))).cpu().tolist()] * 2)
-    try:
-        rep.alive_after = ray.get([w1.ping.remote(), w2.ping.remote()], timeout=60) == [
-            "alive"] * 2
-    finally:
-        ray.kill(w1)
-        ray.kill(w2)
-    return rep
-
-
 def run_tensor_type_hint(num_gpus: float) -> Report:
     """A ``TorchTensorType`` hint set as Ray 2.60 takes one (``node.type_hint = ...``):
     accelerator transport, static shape, direct return."""
@@ -471,7 +398,6 @@ PROGRAMS = {
     "auto_resolved_half": lambda: run_auto_resolved(0.5),
     "auto_needs_communicator_one": lambda: run_auto_needs_communicator(1),
     "auto_needs_communicator_half": lambda: run_auto_needs_communicator(0.5),
-    "pp_1f1b": lambda: run_pp_1f1b(1),
 }
 
 
